@@ -1,0 +1,42 @@
+# The two commands of the README:
+#   make book   build the course site in English, German and Chinese and serve it
+#   make test   run the whole test suite (what CI runs through .ci/run)
+# Both create .venv from the pinned requirements/lock.txt first.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8000
+
+.PHONY: book site serve test venv notebooks font browsers clean
+
+$(STAMP): requirements/lock.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -r requirements/lock.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+venv: $(STAMP)                 ## the project's virtual environment
+
+site: $(STAMP)                 ## build _build/html/{en,de,zh}/ (warnings are errors)
+	$(BIN)/python -m tools.site build
+
+serve: $(STAMP)                ## serve the built site on 127.0.0.1
+	$(BIN)/python -m tools.site serve --port $(PORT)
+
+book: site serve               ## command 1: build, then serve on http://127.0.0.1:$(PORT)/
+
+test: $(STAMP)                 ## command 2: everything, nbval included, on 2 cores
+	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		tests chapters/en chapters/de chapters/zh
+
+notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
+	$(BIN)/python -m tools.notebooks build
+
+font: $(STAMP)                 ## rebuild the CJK font subset (needs Debian's fonts-noto-cjk)
+	$(BIN)/python tools/make_font.py
+
+clean:
+	rm -rf _build

@@ -1,0 +1,110 @@
+"""Interactive figures that keep working without a kernel.
+
+Every explorer pre-renders its frames as small PNGs and puts them in an
+ipywidgets ``Stack``; each control's ``index`` is ``jslink``-ed to the
+``selected_index`` of the stacks it drives. The link runs in the browser, so
+the controls respond live in Jupyter, on Colab and Binder, and on the static
+site, where no kernel exists. Several controls give a stack of stacks.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import ipywidgets as widgets
+import torch
+
+from .attention import masked_softmax
+from .i18n import t
+from .masks import causal_allowed
+from .plotting import figure_png, frozen_layout, matrix_figure
+
+
+def image_frame(png: bytes, width: int | None = None) -> widgets.Image:
+    return widgets.Image(value=png, format="png",
+                         layout=widgets.Layout(width=f"{width}px" if width else "auto"))
+
+
+def nested_stack(controls: Sequence[widgets.Widget], render: Callable[..., widgets.Widget]
+                 ) -> tuple[widgets.Stack, list[widgets.Link]]:
+    """A stack of stacks with one level per control; leaves are ``render(i0, i1, ...)``.
+
+    Each control needs an integer ``index`` trait (ToggleButtons, Dropdown,
+    RadioButtons); it is linked in the browser to every stack of its level.
+    Returns the outer stack and the links.
+    """
+    links: list[widgets.Link] = []
+
+    def build(level: int, chosen: tuple[int, ...]) -> widgets.Widget:
+        if level == len(controls):
+            return render(*chosen)
+        control = controls[level]
+        children = [build(level + 1, chosen + (i,)) for i in range(len(control.options))]
+        stack = widgets.Stack(children, selected_index=control.index)
+        links.append(widgets.jslink((control, "index"), (stack, "selected_index")))
+        return stack
+
+    return build(0, ()), links
+
+
+def toggle(options: Sequence[str], description: str = "") -> widgets.ToggleButtons:
+    return widgets.ToggleButtons(options=list(options), index=0, description=description,
+                                 style={"button_width": "auto", "description_width": "initial"})
+
+
+class MaskExplorer(widgets.VBox):
+    """Scores -> masked scores -> softmax for one sentence, with a query-row
+    picker and a mask on/off switch; all 2 x 3 x (T+1) frames pre-rendered."""
+
+    def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor):
+        self.tokens = list(tokens)
+        T = len(self.tokens)
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # [T, T]
+        allowed = causal_allowed(T)
+        self.mask_control = toggle([t("explorer.mask_on"), t("explorer.mask_off")], t("explorer.mask"))
+        self.step_control = toggle([t("step.scores"), t("step.masked"), t("step.weights")], t("explorer.step"))
+        self.row_control = toggle([t("explorer.all_rows")] + [f"{i} {tok}" for i, tok in enumerate(self.tokens)],
+                                  t("explorer.row"))
+
+        def panel(mask_index: int, step: int, row_index: int) -> dict:
+            use_mask = mask_index == 0
+            row = None if row_index == 0 else row_index - 1
+            spec = {"matrix": scores, "kind": "scores", "highlight_row": row,
+                    "title": self._caption(step, use_mask, row)}
+            if step == 1 and use_mask:
+                spec["matrix"] = scores.masked_fill(~allowed, float("-inf"))
+            if step == 2:
+                weights = masked_softmax(scores, allowed if use_mask else None)
+                spec.update(matrix=weights, kind="weights", allowed=allowed if use_mask else None,
+                            leaked=None if use_mask else ~allowed)
+            return spec
+
+        size = {"width_per_panel": 3.9, "height": 3.9}
+        # Lay out the frame with the longest caption once; every frame reuses it.
+        rects = frozen_layout(matrix_figure([panel(1, 2, T)], self.tokens, **size))
+
+        def frame(mask_index: int, step: int, row_index: int) -> widgets.Image:
+            fig = matrix_figure([panel(mask_index, step, row_index)], self.tokens, axes_rects=rects, **size)
+            return image_frame(figure_png(fig))
+
+        stack, self.links = nested_stack([self.mask_control, self.step_control, self.row_control], frame)
+        legend = widgets.HTML(f"<small>{t('explorer.legend')}</small>")
+        super().__init__([widgets.HTML(f"<b>{t('explorer.title')}</b>"), self.step_control,
+                          self.row_control, self.mask_control, stack, legend])
+
+    def _caption(self, step: int, use_mask: bool, row: int | None) -> str:
+        caption = t(["step.scores", "step.masked", "step.weights"][step])
+        if not use_mask:
+            caption += " · " + t("explorer.unmasked")
+        if row is not None:
+            sources = " ".join(self.tokens[: row + 1]) if use_mask else " ".join(self.tokens)
+            caption += "\n" + t("explorer.sources", token=self.tokens[row], sources=sources)
+        return caption
+
+    def __repr__(self) -> str:  # what nbval compares: short and deterministic
+        return f"MaskExplorer(tokens={self.tokens})"
+
+
+def mask_explorer(tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor) -> MaskExplorer:
+    """The chapter-1 explorer for ``tokens`` with queries/keys ``q``, ``k``: [T, d]."""
+    return MaskExplorer(tokens, q, k)

@@ -1,0 +1,56 @@
+import warnings
+
+import pytest
+from fontTools.ttLib import TTFont
+from matplotlib.figure import Figure
+
+from attnlab import fonts, i18n
+
+
+def test_every_message_has_all_languages_with_the_same_placeholders():
+    catalog = i18n.catalog()
+    assert len(catalog) >= 20
+    for key, entry in catalog.items():
+        assert set(entry) == set(i18n.LANGUAGES), key
+        assert all(text.strip() for text in entry.values()), key
+        names = {lang: i18n.placeholders(text) for lang, text in entry.items()}
+        assert names["de"] == names["en"] == names["zh"], (key, names)
+
+
+def test_german_and_chinese_messages_are_translated():
+    same = [key for key, entry in i18n.catalog().items()
+            if (entry["de"] == entry["en"] or entry["zh"] == entry["en"]) and len(entry["en"]) > 12]
+    assert same == []
+
+
+def test_t_uses_current_language_and_fills_placeholders():
+    i18n.set_language("de")
+    try:
+        assert i18n.t("explorer.mask") == "Maske"
+        assert i18n.t("explorer.sources", token="x", sources="a b") == "„x“ darf lesen: a b"
+        assert i18n.t("explorer.mask", lang="zh") == "掩码"
+    finally:
+        i18n.set_language("en")
+    with pytest.raises(ValueError):
+        i18n.set_language("fr")
+
+
+def test_font_subset_covers_every_chinese_catalog_character():
+    cmap = TTFont(fonts.font_path())["cmap"].getBestCmap()
+    text = "".join(entry["zh"] for entry in i18n.catalog().values())
+    missing = sorted({ch for ch in text if ord(ch) > 0x7F and ord(ch) not in cmap
+                      and ch not in "−∞√ᵀ→·✓✗"})  # these come from DejaVu Sans
+    assert missing == [], f"run `make font`: missing {''.join(missing)}"
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_drawing_every_message_emits_no_missing_glyph_warning(lang):
+    fonts.register_fonts()
+    fig = Figure()
+    ax = fig.add_subplot()
+    for n, entry in enumerate(i18n.catalog().values()):
+        ax.text(0, n, entry[lang])
+    ax.set_title("−∞ √ ᵀ → · ✓ ✗")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig.canvas.draw()  # raises on "Glyph ... missing from font(s)"

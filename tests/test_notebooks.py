@@ -1,0 +1,136 @@
+"""The generator: one source -> three notebooks, fresh, complete, no drift."""
+
+import json
+import pathlib
+import re
+import shutil
+
+import nbformat
+import pytest
+import torch
+
+from tools import notebooks
+
+SOURCES = notebooks.find_sources()
+NOTEBOOKS = sorted(p for s in SOURCES if s.meta.get("kind") != "page"
+                   for p in (s.output_path(lang) for lang in notebooks.LANGUAGES))
+
+
+def test_committed_notebooks_are_fresh_complete_and_code_identical():
+    assert notebooks.check() == []
+
+
+def test_there_is_a_chapter_and_every_language_has_it():
+    assert len(SOURCES) >= 2 and len(NOTEBOOKS) >= 3
+    for path in NOTEBOOKS:
+        assert path.exists(), path
+
+
+def test_rendering_is_deterministic(tmp_path):
+    for n in (1, 2):
+        for source in SOURCES:
+            notebooks.render(source, tmp_path / str(n))
+    first = sorted(p.relative_to(tmp_path / "1") for p in (tmp_path / "1").rglob("*.*"))
+    assert first
+    for rel in first:
+        assert (tmp_path / "1" / rel).read_bytes() == (tmp_path / "2" / rel).read_bytes(), rel
+
+
+def write_source(tmp_path, body):
+    path = tmp_path / "chapters" / "src" / "99-test.md"
+    path.parent.mkdir(parents=True)
+    path.write_text("---\nkind: notebook\n---\n\n" + body, "utf-8")
+    return path
+
+
+def test_a_prose_block_without_all_languages_is_rejected(tmp_path):
+    path = write_source(tmp_path, "::::{lang} en\nHello\n::::\n\n::::{lang} de\nHallo\n::::\n")
+    with pytest.raises(notebooks.SourceError, match="lacks zh"):
+        notebooks.parse_source(path)
+
+
+def test_text_outside_a_language_block_is_rejected(tmp_path):
+    path = write_source(tmp_path, "Just English.\n")
+    with pytest.raises(notebooks.SourceError, match="outside"):
+        notebooks.parse_source(path)
+
+
+def test_a_valid_source_gives_one_markdown_cell_per_language_and_shared_code(tmp_path):
+    path = write_source(tmp_path, "::::{lang} en\nHi\n::::\n::::{lang} de\nHallo\n::::\n::::{lang} zh\n你好\n::::\n\n"
+                                  "```{code-cell}\n:tags: [hide-input]\nx = 1\n```\n")
+    source = notebooks.parse_source(path)
+    de = notebooks.render_notebook(source, "de")
+    zh = notebooks.render_notebook(source, "zh")
+    assert [c.id for c in de.cells] == ["setup", "md-001", "code-002"]
+    assert de.cells[1].source == "Hallo" and zh.cells[1].source == "你好"
+    assert de.cells[2].source == zh.cells[2].source == "x = 1"
+    assert de.cells[2].metadata["tags"] == ["hide-input"]
+    assert 'attnlab.setup("de")' in de.cells[0].source
+
+
+def copy_of_repository(tmp_path):
+    for section in notebooks.SOURCE_DIRS:
+        for lang in notebooks.LANGUAGES:
+            shutil.copytree(notebooks.ROOT / section / lang, tmp_path / section / lang)
+    return tmp_path
+
+
+def test_code_drift_between_languages_is_detected(tmp_path):
+    root = copy_of_repository(tmp_path)
+    path = root / "chapters" / "de" / NOTEBOOKS[0].name
+    nb = nbformat.read(path, as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code" and c.id != "setup")
+    code.source += "\n# changed only in German"
+    notebooks.write_notebook(nb, path)
+    problems = notebooks.check(root)
+    assert any("code differs" in p for p in problems)
+    assert any("stale" in p and "/de/" in p for p in problems)
+
+
+def test_stale_prose_and_orphans_are_detected(tmp_path):
+    root = copy_of_repository(tmp_path)
+    path = root / "chapters" / "zh" / NOTEBOOKS[0].name
+    nb = nbformat.read(path, as_version=4)
+    next(c for c in nb.cells if c.cell_type == "markdown").source += " 旧"
+    notebooks.write_notebook(nb, path)
+    (root / "chapters" / "en" / "77-orphan.ipynb").write_text("{}")
+    problems = notebooks.check(root)
+    assert any("stale" in p and "/zh/" in p for p in problems)
+    assert any("77-orphan" in p for p in problems)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_stored_outputs_have_no_errors_warnings_or_random_ids(path):
+    nb = json.loads(path.read_text("utf-8"))
+    assert nb["metadata"]["attnlab"]["language"] == path.parent.name
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            assert output["output_type"] != "error", cell["id"]
+            assert output.get("name") != "stderr", (cell["id"], output.get("text"))
+            assert "Glyph" not in json.dumps(output), cell["id"]
+    state = nb["metadata"].get("widgets", {}).get(notebooks.WIDGET_STATE, {}).get("state", {})
+    views = [o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+             for c in nb["cells"] for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert all(view in state for view in views)
+    expected = {notebooks.uuid.uuid5(notebooks.uuid.NAMESPACE_URL, f"attnlab:{path.relative_to(notebooks.ROOT).as_posix()}:{n}").hex
+                for n in range(len(state))}
+    assert set(state) == expected
+
+
+def cell_defining(nb, name):
+    return next(c.source for c in nb.cells if c.cell_type == "code" and re.search(rf"^(def|class) {name}\b", c.source, re.M))
+
+
+def test_the_mask_code_taught_in_chapter_1_agrees_with_the_package():
+    from attnlab import attention, masks
+
+    nb = nbformat.read(notebooks.ROOT / "chapters" / "en" / "01-causal-mask.ipynb", as_version=4)
+    namespace = {}
+    exec(next(c.source for c in nb.cells if c.cell_type == "code" and c.id != "setup"), namespace)  # imports
+    for name in ("causal_attention_masked_fill", "causal_bias", "NanoGPTMask"):
+        exec(cell_defining(nb, name), namespace)
+    q, k, v = torch.randn(3, 2, 3, 9, 4).unbind(0)
+    expected = attention.causal_attention(q, k, v)
+    assert torch.allclose(namespace["causal_attention_masked_fill"](q, k, v), expected, atol=1e-6)
+    assert torch.equal(namespace["causal_bias"](9), masks.additive_mask(masks.causal_allowed(9)))
+    assert torch.allclose(namespace["NanoGPTMask"](16)(q, k, v), expected, atol=1e-6)

@@ -1,0 +1,314 @@
+"""One source per chapter -> three notebooks (en, de, zh).
+
+Source format (``chapters/src/NN-slug.md``, see docs/authoring.md)::
+
+    ---
+    kind: notebook            # or "page" (a plain Markdown page per language)
+    ---
+
+    ::::{lang} en
+    English prose (MyST Markdown)
+    ::::
+    ::::{lang} de
+    Deutscher Text
+    ::::
+    ::::{lang} zh
+    中文正文
+    ::::
+
+    ```{code-cell}
+    :tags: [hide-input]
+    code, written once for all languages
+    ```
+
+A run of ``::::{lang}`` blocks becomes one Markdown cell in each language
+and must hold en, de and zh exactly once. Code cells are shared; each
+notebook starts with a generated setup cell that sets its language.
+
+Commands (run from the repository root)::
+
+    python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
+    python -m tools.notebooks render              # render only, no execution
+    python -m tools.notebooks check               # stale / missing language / code drift
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import pathlib
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+
+import nbformat
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+LANGUAGES = ("en", "de", "zh")
+SOURCE_DIRS = ("chapters",)
+LANG_OPEN = re.compile(r"^::::\{lang\}\s+(\w+)\s*$")
+LANG_CLOSE = "::::"
+CODE_OPEN = re.compile(r"^```\{code-cell\}(\s+\w+)?\s*$")
+CODE_CLOSE = "```"
+OPTION = re.compile(r"^:(\w[\w-]*):\s*(.*)$")
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # language of figures and messages; seeds every RNG'
+LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+class SourceError(ValueError):
+    """A chapter source that breaks the format (message names file and line)."""
+
+
+@dataclass
+class Cell:
+    kind: str  # "markdown" or "code"
+    text: dict[str, str] | str  # markdown: {lang: text}; code: the code
+    tags: list[str] = field(default_factory=list)
+    line: int = 0
+
+
+@dataclass
+class Source:
+    path: pathlib.Path
+    meta: dict
+    cells: list[Cell]
+
+    @property
+    def rel(self) -> str:
+        return (self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path).as_posix()
+
+    @property
+    def slug(self) -> str:
+        return self.path.stem
+
+    def output_path(self, lang: str, root: pathlib.Path = ROOT) -> pathlib.Path:
+        section = self.path.parent.parent.name  # chapters/src/x.md -> chapters
+        suffix = ".md" if self.meta.get("kind") == "page" else ".ipynb"
+        return root / section / lang / f"{self.slug}{suffix}"
+
+
+def parse_source(path: pathlib.Path) -> Source:
+    lines = path.read_text("utf-8").splitlines()
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    where = lambda n: f"{shown}:{n + 1}"  # noqa: E731
+    meta: dict = {}
+    i = 0
+    if lines and lines[0] == "---":
+        end = lines.index("---", 1)
+        meta = yaml.safe_load("\n".join(lines[1:end])) or {}
+        i = end + 1
+    cells: list[Cell] = []
+    group: dict[str, str] | None = None
+    group_line = 0
+
+    def close_group() -> None:
+        nonlocal group
+        if group is not None:
+            missing = [lang for lang in LANGUAGES if lang not in group]
+            if missing:
+                raise SourceError(f"{where(group_line)}: prose block lacks {', '.join(missing)}")
+            cells.append(Cell("markdown", group, line=group_line + 1))
+            group = None
+
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        if m := LANG_OPEN.match(line):
+            lang = m.group(1)
+            if lang not in LANGUAGES:
+                raise SourceError(f"{where(i)}: unknown language {lang!r}")
+            if group is None:
+                group, group_line = {}, i
+            if lang in group:
+                raise SourceError(f"{where(i)}: second {lang} block in one prose cell")
+            try:
+                end = lines.index(LANG_CLOSE, i + 1)
+            except ValueError:
+                raise SourceError(f"{where(i)}: unclosed {{lang}} block") from None
+            text = "\n".join(lines[i + 1:end]).strip("\n")
+            if not text.strip():
+                raise SourceError(f"{where(i)}: empty {lang} block")
+            group[lang] = text
+            i = end + 1
+            continue
+        close_group()
+        if CODE_OPEN.match(line):
+            j = i + 1
+            tags: list[str] = []
+            while j < len(lines) and (m := OPTION.match(lines[j])):
+                if m.group(1) == "tags":
+                    tags = yaml.safe_load(m.group(2)) or []
+                j += 1
+            try:
+                end = lines.index(CODE_CLOSE, j)
+            except ValueError:
+                raise SourceError(f"{where(i)}: unclosed code cell") from None
+            cells.append(Cell("code", "\n".join(lines[j:end]).strip("\n"), tags, line=i + 1))
+            i = end + 1
+            continue
+        raise SourceError(f"{where(i)}: text outside a {{lang}} block or code cell: {line[:60]!r}")
+    close_group()
+    return Source(path, meta, cells)
+
+
+def find_sources(names: list[str] | None = None) -> list[Source]:
+    paths = sorted(p for d in SOURCE_DIRS for p in (ROOT / d / "src").glob("*.md"))
+    if names:
+        wanted = {pathlib.Path(n).resolve() for n in names}
+        paths = [p for p in paths if p.resolve() in wanted]
+    return [parse_source(p) for p in paths]
+
+
+def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
+    """The unexecuted notebook of ``source`` in ``lang`` (deterministic ids)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": dict(KERNELSPEC),
+                   "language_info": dict(LANGUAGE_INFO),
+                   "attnlab": {"source": source.rel, "language": lang}}
+    nb.cells.append(nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup"))
+    for n, cell in enumerate(source.cells, start=1):
+        if cell.kind == "markdown":
+            new = nbformat.v4.new_markdown_cell(cell.text[lang], id=f"md-{n:03d}")
+        else:
+            new = nbformat.v4.new_code_cell(cell.text, id=f"code-{n:03d}")
+            if cell.tags:
+                new.metadata["tags"] = list(cell.tags)
+        nb.cells.append(new)
+    return nb
+
+
+def render_page(source: Source, lang: str) -> str:
+    header = f"<!-- Generated from {source.rel} by tools/notebooks.py: edit the source, not this file. -->\n\n"
+    return header + "\n\n".join(cell.text[lang] for cell in source.cells) + "\n"
+
+
+def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+    path.write_text(text, "utf-8")
+
+
+def render(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Write the three unexecuted files of ``source`` under ``root``."""
+    written = []
+    for lang in LANGUAGES:
+        out = source.output_path(lang, root)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if source.meta.get("kind") == "page":
+            out.write_text(render_page(source, lang), "utf-8")
+        else:
+            write_notebook(render_notebook(source, lang), out)
+        written.append(out)
+    return written
+
+
+def stable_widget_ids(nb: nbformat.NotebookNode, seed: str) -> nbformat.NotebookNode:
+    """Replace the random widget model ids by ids derived from ``seed`` and their order."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    text = json.dumps(nb, ensure_ascii=False)
+    for n, old in enumerate(list(state)):
+        text = text.replace(old, uuid.uuid5(uuid.NAMESPACE_URL, f"attnlab:{seed}:{n}").hex)
+    return nbformat.from_dict(json.loads(text))
+
+
+def execute(path: pathlib.Path, timeout: int = 300) -> None:
+    """Run a notebook in a fresh kernel; store outputs and widget state in place.
+
+    Fails on any error output and on anything written to stderr (warnings
+    included, such as matplotlib's missing-glyph warning).
+    """
+    from nbclient import NotebookClient
+
+    path = path.resolve()
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                            record_timing=False, resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" or output.get("name") == "stderr":
+                raise RuntimeError(f"{path.relative_to(ROOT)} cell {cell.id}: unexpected output\n"
+                                   f"{output.get('text') or output.get('evalue')}")
+        cell.metadata.pop("execution", None)
+    nb.metadata.language_info = dict(LANGUAGE_INFO)
+    nb = stable_widget_ids(nb, path.relative_to(ROOT).as_posix())
+    write_notebook(nb, path)
+
+
+def strip_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook as rendered, before execution (what a source change alters)."""
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def check(root: pathlib.Path = ROOT) -> list[str]:
+    """Problems with the committed files: stale, missing, orphaned, or code drift."""
+    problems: list[str] = []
+    try:
+        sources = find_sources()
+    except SourceError as error:
+        return [str(error)]
+    expected: set[pathlib.Path] = set()
+    for source in sources:
+        code_by_lang = {}
+        for lang in LANGUAGES:
+            out = source.output_path(lang, root)
+            expected.add(out)
+            rel = out.relative_to(root)
+            if not out.exists():
+                problems.append(f"{rel}: missing, run `make notebooks`")
+                continue
+            if source.meta.get("kind") == "page":
+                if out.read_text("utf-8") != render_page(source, lang):
+                    problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
+                continue
+            committed = nbformat.read(out, as_version=4)
+            if strip_outputs(committed) != render_notebook(source, lang):
+                problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
+            code = [c.source for c in committed.cells if c.cell_type == "code" and c.id != "setup"]
+            code_by_lang[lang] = code
+            unexecuted = [c.id for c in committed.cells if c.cell_type == "code" and c.execution_count is None]
+            if unexecuted:
+                problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
+        if len(code_by_lang) == len(LANGUAGES) and len({json.dumps(v) for v in code_by_lang.values()}) > 1:
+            problems.append(f"{source.rel}: code differs between the en/de/zh notebooks")
+    for section in SOURCE_DIRS:
+        for lang in LANGUAGES:
+            for path in sorted((root / section / lang).glob("*")):
+                if path.suffix in (".ipynb", ".md") and path not in expected:
+                    problems.append(f"{path.relative_to(root)}: no source in {section}/src/ makes it")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["build", "render", "check"])
+    parser.add_argument("sources", nargs="*", help="source files (default: all)")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        problems = check()
+        print("\n".join(problems) or "notebooks are up to date")
+        return 1 if problems else 0
+    for source in find_sources(args.sources):
+        for path in render(source):
+            if args.command == "build" and path.suffix == ".ipynb":
+                print(f"executing {path.relative_to(ROOT)}", flush=True)
+                execute(path)
+            else:
+                print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

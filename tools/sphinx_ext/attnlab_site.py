@@ -1,0 +1,58 @@
+"""Sphinx extension of the course site (loaded through _config.yml).
+
+* a language switcher on every page, linking the same page in the other
+  languages (the three sites lie side by side: _build/html/{en,de,zh}/);
+* a MathJax 2 stand-in for the widgets library, which calls
+  ``MathJax.Hub.Queue`` while the book loads MathJax 3;
+* drops script tags that Sphinx 7.4 adds twice (the Thebe inline script:
+  "THEBE_JS_URL already declared" in the browser console).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "zh": "中文"}
+PAGE_LANGUAGE = re.compile(r"(^|/)(en|de|zh)(/)")
+
+
+def page_in_language(pagename: str, lang: str) -> str:
+    """``chapters/en/01-causal-mask`` -> ``chapters/de/01-causal-mask``; other pages stay."""
+    return PAGE_LANGUAGE.sub(lambda m: f"{m.group(1)}{lang}{m.group(3)}", pagename, count=1)
+
+
+def switcher_html(pagename: str, current: str) -> str:
+    up = "../" * (pagename.count("/") + 1)  # from this page up to _build/html/
+    links = []
+    for lang, name in LANGUAGE_NAMES.items():
+        if lang == current:
+            links.append(f'<span class="attnlab-lang-current" aria-current="true">{name}</span>')
+        else:
+            href = f"{up}{lang}/{page_in_language(pagename, lang)}.html"
+            links.append(f'<a class="attnlab-lang-link" hreflang="{lang}" lang="{lang}" '
+                         f'href="{html.escape(href)}">{name}</a>')
+    return '<nav class="attnlab-lang" aria-label="Language">' + " · ".join(links) + "</nav>\n"
+
+
+def on_page_context(app, pagename, templatename, context, doctree):
+    if "body" in context:
+        context["body"] = switcher_html(pagename, app.config.attnlab_language) + context["body"]
+    scripts = context.get("script_files")
+    if scripts:
+        seen, unique = set(), []
+        for script in scripts:
+            attributes = getattr(script, "attributes", {})
+            key = (getattr(script, "filename", str(script)) or "", tuple(sorted((k, str(v)) for k, v in attributes.items())))
+            if key not in seen:
+                seen.add(key)
+                unique.append(script)
+        scripts[:] = unique
+
+
+def setup(app):
+    app.add_config_value("attnlab_language", "en", "html")
+    app.connect("html-page-context", on_page_context, priority=900)
+    app.add_js_file("assets/mathjax2-shim.js", priority=1)
+    app.add_css_file("assets/attnlab.css")
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
