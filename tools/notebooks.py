@@ -22,8 +22,8 @@ Source format (``chapters/src/NN-slug.md``, see docs/authoring.md)::
     ```
 
 A run of ``::::{lang}`` blocks becomes one Markdown cell in each language
-and must hold en, de and zh exactly once. Code cells are shared; each
-notebook starts with a generated setup cell that sets its language.
+and must hold en, de and zh exactly once. Code cells are shared; a
+generated setup cell (after the opening prose) sets the notebook's language.
 
 Commands (run from the repository root)::
 
@@ -172,7 +172,9 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
     nb.metadata = {"kernelspec": dict(KERNELSPEC),
                    "language_info": dict(LANGUAGE_INFO),
                    "attnlab": {"source": source.rel, "language": lang}}
-    nb.cells.append(nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup"))
+    setup = nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup")
+    if not source.cells or source.cells[0].kind != "markdown":
+        nb.cells.append(setup)
     for n, cell in enumerate(source.cells, start=1):
         if cell.kind == "markdown":
             new = nbformat.v4.new_markdown_cell(cell.text[lang], id=f"md-{n:03d}")
@@ -181,6 +183,8 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
             if cell.tags:
                 new.metadata["tags"] = list(cell.tags)
         nb.cells.append(new)
+        if n == 1 and cell.kind == "markdown":
+            nb.cells.append(setup)  # right after the title and introduction
     return nb
 
 
