@@ -9,7 +9,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 
-.PHONY: book site serve test venv notebooks font browsers clean
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: book site serve test venv notebooks font browser clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +30,10 @@ serve: $(STAMP)                ## serve the built site on 127.0.0.1
 
 book: site serve               ## command 1: build, then serve on http://127.0.0.1:$(PORT)/
 
-test: $(STAMP)                 ## command 2: everything, nbval included, on 2 cores
+browser:                       ## Debian's chromium for the browser tests (Playwright drives it)
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests chapters/en chapters/de chapters/zh
 

@@ -37,6 +37,25 @@ def setup(lang: str = "en", seed: int = 0) -> None:
 
     matplotlib.rcParams["figure.dpi"] = 100
     matplotlib.rcParams["savefig.dpi"] = 100
+    show_figures_as_png()
+
+
+def show_figures_as_png() -> None:
+    """In IPython, a ``matplotlib.figure.Figure`` that ends a cell is shown as a
+    compact PNG (the course draws with Figure, not pyplot, so no backend is
+    involved and nothing is shown twice)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from matplotlib.figure import Figure
+
+    from .plotting import figure_png
+
+    shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
 def tokens() -> list[str]:

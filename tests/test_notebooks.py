@@ -108,6 +108,9 @@ def test_stored_outputs_have_no_errors_warnings_or_random_ids(path):
             assert output["output_type"] != "error", cell["id"]
             assert output.get("name") != "stderr", (cell["id"], output.get("text"))
             assert "Glyph" not in json.dumps(output), cell["id"]
+    figures = [o for c in nb["cells"] for o in c.get("outputs", [])
+               if o.get("data", {}).get("text/plain", "").startswith("<Figure")]
+    assert all("image/png" in o["data"] for o in figures), "a figure without its picture"
     state = nb["metadata"].get("widgets", {}).get(notebooks.WIDGET_STATE, {}).get("state", {})
     views = [o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
              for c in nb["cells"] for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]

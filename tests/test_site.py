@@ -128,3 +128,183 @@ def test_chinese_search_index_holds_segmented_words(html_root):
     terms = search_terms(html_root, "zh")
     for word in ("掩码", "对角线", "注意力", "权重"):  # words inside sentences, cut by jieba
         assert word in terms, word
+
+
+# --------------------------------------------------------------------------
+# In a real browser: Debian's chromium driven by Playwright (make test installs it).
+
+CHROMIUM = pathlib.Path("/usr/bin/chromium")
+SCREENSHOTS = site.BUILD / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def server(html_root):
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(html_root))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), "make test installs Debian's chromium; run it through make"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync"])
+        yield browser
+        browser.close()
+
+
+class Visit:
+    """One page in a fresh context, recording console errors and every request."""
+
+    def __init__(self, browser, url, lang="en-US"):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, locale=lang)
+        self.page = self.context.new_page()
+        self.errors, self.requests = [], []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+        self.page.goto(url)
+        self.page.wait_for_load_state("networkidle")
+
+    def remote_requests(self):
+        return [u for u in self.requests if not re.match(r"^(http://127\.0\.0\.1[:/]|data:|blob:|file:)", u)]
+
+    def screenshot(self, name):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
+
+    def close(self):
+        self.context.close()
+
+
+def all_pages(html_root):
+    for lang in LANGS:
+        for path in pages(html_root, lang):
+            if "_static" not in path.parts and "_sources" not in path.parts:
+                yield path.relative_to(html_root).as_posix()
+
+
+def test_every_page_loads_without_console_errors_or_remote_requests(html_root, server, browser):
+    checked = []
+    for rel in all_pages(html_root):
+        visit = Visit(browser, f"{server}/{rel}")
+        assert visit.errors == [], (rel, visit.errors)
+        assert visit.remote_requests() == [], (rel, visit.remote_requests())
+        visit.close()
+        checked.append(rel)
+    assert len(checked) >= 3 * 4
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_math_is_typeset_by_the_local_mathjax(server, browser, lang):
+    visit = Visit(browser, f"{server}/{lang}/chapters/{lang}/01-causal-mask.html")
+    visit.page.wait_for_selector("mjx-container", state="attached", timeout=15000)
+    assert visit.page.locator("mjx-container").count() > 20
+    assert any("/_static/assets/mathjax/tex-mml-chtml.js" in u for u in visit.requests)
+    assert visit.page.evaluate("window.MathJax.version").startswith("3.")
+    visit.close()
+
+
+def visible_frames(page):
+    return page.eval_on_selector_all(
+        ".jupyter-widgets img", "els => els.filter(e => e.offsetParent !== null).map(e => e.src)")
+
+
+def widget_pages(html_root):
+    return [rel for rel in all_pages(html_root)
+            if "application/vnd.jupyter.widget-state+json" in (html_root / rel).read_text("utf-8")]
+
+
+def test_every_widget_control_changes_the_picture(html_root, server, browser):
+    rels = widget_pages(html_root)
+    assert len(rels) >= 3
+    for rel in rels:
+        visit = Visit(browser, f"{server}/{rel}")
+        page = visit.page
+        page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=15000)
+        groups = page.locator(".widget-toggle-buttons")
+        assert groups.count() >= 3, rel
+        for g in range(groups.count()):
+            buttons = groups.nth(g).locator("button")
+            before = visible_frames(page)
+            assert len(before) >= 1, rel
+            buttons.nth(buttons.count() - 1).click()
+            page.wait_for_timeout(150)
+            after = visible_frames(page)
+            assert after and after != before, (rel, g)
+        groups.first.scroll_into_view_if_needed()
+        visit.screenshot(rel.replace("/", "_").removesuffix(".html") + "_widget")
+        assert visit.errors == [], (rel, visit.errors)
+        visit.close()
+
+
+def test_widgets_respond_when_the_page_is_opened_from_disk(html_root, browser):
+    visit = Visit(browser, (html_root / "zh" / "chapters" / "zh" / "01-causal-mask.html").as_uri())
+    page = visit.page
+    page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=15000)
+    before = visible_frames(page)
+    page.get_by_role("button", name="关", exact=True).click()
+    page.get_by_role("button", name="3 · softmax → 权重").click()
+    page.wait_for_timeout(150)
+    assert visible_frames(page) != before
+    assert visit.remote_requests() == []
+    visit.close()
+
+
+def test_language_switcher_leads_to_the_same_chapter(server, browser):
+    visit = Visit(browser, f"{server}/en/chapters/en/01-causal-mask.html")
+    visit.page.click("nav.attnlab-lang a[hreflang=de]")
+    visit.page.wait_for_load_state()
+    assert visit.page.url.endswith("/de/chapters/de/01-causal-mask.html")
+    assert visit.page.locator("html").get_attribute("lang") == "de"
+    visit.page.click("nav.attnlab-lang a[hreflang=zh]")
+    visit.page.wait_for_load_state()
+    assert visit.page.url.endswith("/zh/chapters/zh/01-causal-mask.html")
+    assert "因果掩码" in visit.page.locator("h1").first.inner_text()
+    visit.close()
+
+
+@pytest.mark.parametrize("lang, preferred", [("de", "de-DE"), ("zh", "zh-CN"), ("en", "fr-FR")])
+def test_root_page_sends_the_reader_to_their_language(server, browser, lang, preferred):
+    visit = Visit(browser, f"{server}/", lang=preferred)
+    visit.page.wait_for_url(f"**/{lang}/chapters/{lang}/index.html")
+    visit.close()
+
+
+@pytest.mark.parametrize("lang, query", [("de", "Masken"), ("zh", "对角线")])
+def test_search_finds_german_stems_and_chinese_words_inside_sentences(server, browser, lang, query):
+    # "Masken" is found through its stem (the chapter mostly says "Maske"); "对角线"
+    # occurs only inside longer Chinese sentences, without spaces around it.
+    visit = Visit(browser, f"{server}/{lang}/search.html?q={query}")
+    visit.page.wait_for_selector("#search-results ul.search li", timeout=15000)
+    hits = visit.page.locator("#search-results ul.search li a").evaluate_all("els => els.map(e => e.href)")
+    assert any(h.split("?")[0].endswith(f"/chapters/{lang}/01-causal-mask.html") for h in hits), hits
+    visit.screenshot(f"search_{lang}")
+    visit.close()
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_launch_buttons_open_the_notebook_on_binder_and_colab(server, browser, lang):
+    visit = Visit(browser, f"{server}/{lang}/chapters/{lang}/01-causal-mask.html")
+    links = visit.page.locator(".dropdown-launch-buttons a").evaluate_all("els => els.map(e => e.href)")
+    nb = f"chapters/{lang}/01-causal-mask.ipynb"
+    assert f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=lab/tree/{nb}" in links
+    assert f"https://colab.research.google.com/github/{REPO}/blob/main/{nb}" in links
+    visit.screenshot(f"chapter1_top_{lang}")
+    visit.close()

@@ -59,7 +59,7 @@ def copy_assets() -> None:
     widgets.mkdir()
     manager = NODE_MODULES / "@jupyter-widgets" / "html-manager" / "dist"
     for path in manager.iterdir():
-        if path.name == "embed-amd.js" or path.suffix in (".woff", ".woff2", ".ttf", ".eot", ".svg"):
+        if path.name == "embed-amd.js" or path.suffix in (".woff", ".woff2"):  # every current browser
             shutil.copy2(path, widgets / path.name)
     shutil.copy2(manager / "embed.js.LICENSE.txt", widgets / "embed.js.LICENSE.txt")
     shutil.copy2(NODE_MODULES / "requirejs" / "require.js", widgets / "require.js")
