@@ -148,3 +148,40 @@ def figure_png(fig: Figure, dpi: int = 100, colours: int = 96) -> bytes:
     image.quantize(colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
         out, format="png", optimize=True)
     return out.getvalue()
+
+
+TILE_COLOURS = {"full": "#4477AA", "diagonal": "#CCBB44", "skipped": "#EEEEEE"}  # Paul Tol's bright
+
+
+def tile_figure(T: int, block: int, title: str = "") -> Figure:
+    """The [T, T] score matrix cut into tiles: computed in full, masked on the
+    diagonal (the blocked elements inside are hatched), or skipped."""
+    from .blocked import tile_map
+
+    kinds = tile_map(T, block)
+    fig = Figure(figsize=(4.7, 4.6), layout="constrained")
+    ax = fig.add_subplot()
+    for i, row in enumerate(kinds):
+        for j, kind in enumerate(row):
+            q0, k0 = i * block, j * block
+            h, w = min(block, T - q0), min(block, T - k0)
+            ax.add_patch(Rectangle((k0, q0), w, h, facecolor=TILE_COLOURS[kind], edgecolor="white", linewidth=1.5))
+            if kind == "diagonal":
+                for q in range(q0, q0 + h):
+                    for k in range(max(k0, q + 1), k0 + w):
+                        ax.add_patch(Rectangle((k, q), 1, 1, facecolor="#EEEEEE", edgecolor="#999999",
+                                               hatch="////", linewidth=0))
+    ax.set_xlim(0, T)
+    ax.set_ylim(T, 0)
+    ax.set_aspect("equal")
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel(t("axis.key"), fontsize=8)
+    ax.set_ylabel(t("axis.query"), fontsize=8)
+    ax.tick_params(labelsize=7)
+    handles = [Rectangle((0, 0), 1, 1, facecolor=TILE_COLOURS[k], edgecolor="#999999") for k in TILE_COLOURS]
+    fig.legend(handles, [t(f"tiles.{k}") for k in TILE_COLOURS], loc="outside lower center", ncols=3,
+               fontsize=7.5, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig

@@ -17,7 +17,7 @@ import torch
 from .attention import masked_softmax
 from .i18n import t
 from .masks import causal_allowed
-from .plotting import figure_png, frozen_layout, matrix_figure
+from .plotting import figure_png, frozen_layout, matrix_figure, tile_figure
 
 
 def image_frame(png: bytes, width: int | None = None) -> widgets.Image:
@@ -108,3 +108,65 @@ class MaskExplorer(widgets.VBox):
 def mask_explorer(tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor) -> MaskExplorer:
     """The chapter-1 explorer for ``tokens`` with queries/keys ``q``, ``k``: [T, d]."""
     return MaskExplorer(tokens, q, k)
+
+
+class HeadExplorer(widgets.VBox):
+    """Causal attention weights of every head for one sentence: all heads side by
+    side, or one head large; ``weights`` is [H, T, T]."""
+
+    def __init__(self, tokens: Sequence[str], weights: torch.Tensor, head_names: Sequence[str] | None = None):
+        self.tokens = list(tokens)
+        H, T = weights.shape[0], len(self.tokens)
+        allowed = causal_allowed(T)
+        names = list(head_names) if head_names else [t("heads.head", n=h) for h in range(H)]
+        self.head_control = toggle([t("heads.all")] + [t("heads.head", n=h) for h in range(H)], t("heads.show"))
+
+        def panel(h: int) -> dict:
+            return {"matrix": weights[h], "kind": "weights", "allowed": allowed, "title": names[h],
+                    "values": T <= 8}
+
+        def frame(index: int) -> widgets.Image:
+            if index == 0:
+                fig = matrix_figure([panel(h) for h in range(H)], self.tokens, width_per_panel=2.9, height=3.2)
+            else:
+                fig = matrix_figure([panel(index - 1)], self.tokens, width_per_panel=3.9, height=3.9)
+            return image_frame(figure_png(fig))
+
+        stack, self.links = nested_stack([self.head_control], frame)
+        super().__init__([widgets.HTML(f"<b>{t('heads.title')}</b>"), self.head_control, stack])
+
+    def __repr__(self) -> str:
+        return f"HeadExplorer(tokens={self.tokens}, heads={len(self.head_control.options) - 1})"
+
+
+class TileExplorer(widgets.VBox):
+    """Which tiles of a causal [T, T] score matrix blocked attention computes,
+    masks or skips, for several block sizes."""
+
+    def __init__(self, T: int, blocks: Sequence[int]):
+        from .blocked import tile_map
+
+        self.T, self.blocks = T, list(blocks)
+        self.block_control = toggle([str(b) for b in self.blocks], t("tiles.block"))
+
+        def frame(index: int) -> widgets.Image:
+            block = self.blocks[index]
+            kinds = [kind for row in tile_map(T, block) for kind in row]
+            title = t("tiles.caption", T=T, block=block, full=kinds.count("full"),
+                      diagonal=kinds.count("diagonal"), skipped=kinds.count("skipped"))
+            return image_frame(figure_png(tile_figure(T, block, title)))
+
+        stack, self.links = nested_stack([self.block_control], frame)
+        super().__init__([widgets.HTML(f"<b>{t('tiles.title')}</b>"), self.block_control, stack])
+
+    def __repr__(self) -> str:
+        return f"TileExplorer(T={self.T}, blocks={self.blocks})"
+
+
+def head_explorer(tokens: Sequence[str], weights: torch.Tensor, head_names: Sequence[str] | None = None) -> HeadExplorer:
+    """Per-head heatmaps; ``weights`` [H, T, T] (for example ``module.weights(x)[0]``)."""
+    return HeadExplorer(tokens, weights.detach(), head_names)
+
+
+def tile_explorer(T: int = 32, blocks: Sequence[int] = (4, 8, 16)) -> TileExplorer:
+    return TileExplorer(T, blocks)

@@ -105,6 +105,20 @@ def test_chapter_page_serves_mathjax_and_widget_manager_locally_with_widget_stat
     assert (html_root / lang / "_static" / "assets" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
 
 
+def own_weight(page: pathlib.Path) -> int:
+    """Bytes of a page's own HTML plus the images only it shows (not the shared theme files)."""
+    images = set(re.findall(r'src="([^"]*_images/[^"]+)"', page.read_text("utf-8")))
+    return page.stat().st_size + sum((page.parent / src).resolve().stat().st_size for src in images)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_page_weighs_less_than_one_megabyte_of_its_own(html_root, lang):
+    weights = {path.name: own_weight(path) for path in (html_root / lang / "chapters").rglob("*.html")}
+    assert len(weights) >= 2
+    heavy = {name: size for name, size in weights.items() if size >= 1_000_000}
+    assert heavy == {}, heavy
+
+
 @pytest.mark.parametrize("lang", LANGS)
 def test_launch_buttons_point_at_the_notebook_files(html_root, lang):
     text = (html_root / lang / "chapters" / lang / "01-causal-mask.html").read_text("utf-8")

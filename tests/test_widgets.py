@@ -55,3 +55,27 @@ def test_explorer_controls_are_localized_and_linked_in_the_browser(explorer):
         for rows in steps.children:
             assert [link.source for link in links_to(explorer.links, rows)] == [(explorer.row_control, "index")]
     assert repr(explorer) == "MaskExplorer(tokens=['小猫', '坐', '在', '软', '垫子', '上'])"
+
+
+def test_head_explorer_has_a_grid_frame_and_one_frame_per_head():
+    from attnlab.multihead import hand_built_heads
+    from attnlab.widgets import head_explorer
+
+    attnlab.setup("de")
+    module, x = hand_built_heads(6)
+    explorer = head_explorer(attnlab.tokens(), module.weights(x)[0])
+    attnlab.setup("en")
+    stack = explorer.children[2]
+    pngs = [bytes(image.value) for image in stack.children]
+    assert len(pngs) == 1 + 4 and len(set(pngs)) == 5
+    assert explorer.head_control.options == ("alle Köpfe", "Kopf 0", "Kopf 1", "Kopf 2", "Kopf 3")
+    assert [link.source for link in explorer.links] == [(explorer.head_control, "index")]
+
+
+def test_tile_explorer_shows_one_picture_per_block_size():
+    from attnlab.widgets import tile_explorer
+
+    explorer = tile_explorer(T=16, blocks=(2, 4, 8))
+    stack = explorer.children[2]
+    assert len({bytes(image.value) for image in stack.children}) == 3
+    assert repr(explorer) == "TileExplorer(T=16, blocks=[2, 4, 8])"

@@ -241,9 +241,23 @@ def execute(path: pathlib.Path, timeout: int = 300) -> None:
                 raise RuntimeError(f"{path.relative_to(ROOT)} cell {cell.id}: unexpected output\n"
                                    f"{output.get('text') or output.get('evalue')}")
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = coalesce_streams(cell.outputs)
     nb.metadata.language_info = dict(LANGUAGE_INFO)
     nb = stable_widget_ids(nb, path.relative_to(ROOT).as_posix())
     write_notebook(nb, path)
+
+
+def coalesce_streams(outputs: list) -> list:
+    """Join consecutive stdout (or stderr) chunks: how a print is split depends on timing."""
+    merged: list = []
+    for output in outputs:
+        if (output.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1]["name"] == output["name"]):
+            merged[-1]["text"] += output["text"]
+        else:
+            merged.append(output)
+    return merged
 
 
 def strip_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
