@@ -253,7 +253,7 @@ def test_every_widget_control_changes_the_picture(html_root, server, browser):
         page = visit.page
         page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=15000)
         groups = page.locator(".widget-toggle-buttons")
-        assert groups.count() >= 3, rel
+        assert groups.count() >= 1, rel
         for g in range(groups.count()):
             buttons = groups.nth(g).locator("button")
             before = visible_frames(page)
