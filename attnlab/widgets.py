@@ -110,6 +110,19 @@ def mask_explorer(tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor) -> Ma
     return MaskExplorer(tokens, q, k)
 
 
+MAX_OWN_TOKENS = 12
+
+
+def mask_explorer_for(sentence: str, d: int = 8, seed: int = 0) -> MaskExplorer:
+    """The chapter-1 explorer for your own sentence: tokens are separated by
+    spaces (also in Chinese), queries and keys are random (seeded)."""
+    tokens = sentence.split()
+    if not 1 <= len(tokens) <= MAX_OWN_TOKENS:
+        raise ValueError(t("explorer.too_long", n=len(tokens), max=MAX_OWN_TOKENS))
+    q, k = torch.randn(2, len(tokens), d, generator=torch.Generator().manual_seed(seed)).unbind(0)
+    return MaskExplorer(tokens, q, k)
+
+
 class HeadExplorer(widgets.VBox):
     """Causal attention weights of every head for one sentence: all heads side by
     side, or one head large; ``weights`` is [H, T, T]."""

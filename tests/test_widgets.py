@@ -46,7 +46,7 @@ def test_explorer_prerenders_every_combination_as_distinct_small_pngs(explorer):
 def test_explorer_controls_are_localized_and_linked_in_the_browser(explorer):
     assert explorer.mask_control.options == ("开", "关")
     assert explorer.row_control.options[0] == "全部"
-    assert explorer.row_control.options[1] == "0 小猫"
+    assert explorer.row_control.options[1] == "0 那只"
     stack = explorer.children[4]
     assert len(explorer.links) == 1 + 2 + 2 * 3
     assert [link.source for link in links_to(explorer.links, stack)] == [(explorer.mask_control, "index")]
@@ -54,7 +54,7 @@ def test_explorer_controls_are_localized_and_linked_in_the_browser(explorer):
         assert [link.source for link in links_to(explorer.links, steps)] == [(explorer.step_control, "index")]
         for rows in steps.children:
             assert [link.source for link in links_to(explorer.links, rows)] == [(explorer.row_control, "index")]
-    assert repr(explorer) == "MaskExplorer(tokens=['小猫', '坐', '在', '软', '垫子', '上'])"
+    assert repr(explorer) == "MaskExplorer(tokens=['那只', '猫', '坐', '在', '垫子', '上'])"
 
 
 def test_head_explorer_has_a_grid_frame_and_one_frame_per_head():
@@ -79,3 +79,13 @@ def test_tile_explorer_shows_one_picture_per_block_size():
     stack = explorer.children[2]
     assert len({bytes(image.value) for image in stack.children}) == 3
     assert repr(explorer) == "TileExplorer(T=16, blocks=[2, 4, 8])"
+
+
+def test_an_own_sentence_gets_its_own_explorer_and_long_ones_a_clear_message():
+    from attnlab.widgets import mask_explorer_for
+
+    explorer = mask_explorer_for("模型 不能 偷看 下一个 词")
+    assert explorer.tokens == ["模型", "不能", "偷看", "下一个", "词"]
+    assert len(explorer.row_control.options) == 1 + 5
+    with pytest.raises(ValueError, match="12"):
+        mask_explorer_for(" ".join(["x"] * 13))

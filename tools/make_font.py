@@ -2,8 +2,9 @@
 
 Source: Debian's ``fonts-noto-cjk`` (Noto Sans CJK, SIL OFL 1.1):
     apt-get install fonts-noto-cjk
-Keeps every CJK character of the message catalog's Chinese entries (plus
-full-width punctuation), so Chinese figure labels render without boxes.
+Keeps every character of the message catalog's Chinese entries, the 3500
+most frequent Chinese characters of jieba's dictionary (so that a learner's
+own sentence renders too) and full-width punctuation.
 Run it again after adding Chinese messages; a test fails when a catalog
 character is missing from the font.
 
@@ -30,10 +31,31 @@ LICENSE_SOURCE = pathlib.Path("/usr/share/doc/fonts-noto-cjk/copyright")
 OUT_DIR = ROOT / "attnlab" / "fonts"
 
 
+COMMON_CHARACTERS = 3500
+PUNCTUATION = "，。、：；！？（）“”‘’《》【】…—～·"
+
+
+def common_characters(n: int = COMMON_CHARACTERS) -> set[str]:
+    """The n most frequent CJK characters, weighted by jieba's word frequencies."""
+    import collections
+
+    import jieba
+
+    frequency: collections.Counter = collections.Counter()
+    with open(pathlib.Path(jieba.__file__).parent / "dict.txt", encoding="utf-8") as words:
+        for line in words:
+            word, count = line.split()[:2]
+            for ch in word:
+                if "\u4e00" <= ch <= "\u9fff":
+                    frequency[ch] += int(count)
+    return {ch for ch, _ in frequency.most_common(n)}
+
+
 def needed_characters() -> str:
-    """Every non-ASCII character of the Chinese catalog entries, sorted."""
+    """Catalog characters, common characters and punctuation, sorted."""
     text = "".join(entry["zh"] for entry in catalog().values())
-    return "".join(sorted({ch for ch in text if ord(ch) > 0x7F}))
+    chars = {ch for ch in text if ord(ch) > 0x7F} | common_characters() | set(PUNCTUATION)
+    return "".join(sorted(chars))
 
 
 def rename_family(font, family: str) -> None:
@@ -57,7 +79,7 @@ def main() -> None:
     options.name_IDs = ["*"]
     options.layout_features = ["*"]
     options.hinting = False
-    options.desubroutinize = True
+    options.desubroutinize = False
     subsetter = subset.Subsetter(options)
     subsetter.populate(text=chars)
     subsetter.subset(font)
