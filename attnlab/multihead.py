@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import masked_softmax
+from .attention import attention_scores, masked_softmax
 from .masks import causal_allowed
 
 
@@ -61,7 +61,7 @@ class MultiHeadAttention(nn.Module):
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """Causal attention weights of every head: [B, H, T, T]."""
         q, k, _ = self.heads(x)
-        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # [B, H, T, T]
+        scores = attention_scores(q, k)  # [B, H, T, T]
         return masked_softmax(scores, causal_allowed(x.size(1), device=x.device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

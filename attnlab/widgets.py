@@ -14,15 +14,14 @@ from typing import Callable, Sequence
 import ipywidgets as widgets
 import torch
 
-from .attention import masked_softmax
+from .attention import attention_scores, masked_softmax
 from .i18n import t
 from .masks import causal_allowed
 from .plotting import figure_png, frozen_layout, matrix_figure, tile_figure
 
 
-def image_frame(png: bytes, width: int | None = None) -> widgets.Image:
-    return widgets.Image(value=png, format="png",
-                         layout=widgets.Layout(width=f"{width}px" if width else "auto"))
+def image_frame(png: bytes) -> widgets.Image:
+    return widgets.Image(value=png, format="png")
 
 
 def nested_stack(controls: Sequence[widgets.Widget], render: Callable[..., widgets.Widget]
@@ -59,7 +58,7 @@ class MaskExplorer(widgets.VBox):
     def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor):
         self.tokens = list(tokens)
         T = len(self.tokens)
-        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # [T, T]
+        scores = attention_scores(q, k)  # [T, T]
         allowed = causal_allowed(T)
         self.mask_control = toggle([t("explorer.mask_on"), t("explorer.mask_off")], t("explorer.mask"))
         self.step_control = toggle([t("step.scores"), t("step.masked"), t("step.weights")], t("explorer.step"))

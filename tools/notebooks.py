@@ -127,7 +127,8 @@ def parse_source(path: pathlib.Path) -> Source:
             if group is None:
                 group, group_line = {}, i
             if lang in group:
-                raise SourceError(f"{where(i)}: second {lang} block in one prose cell")
+                raise SourceError(f"{where(i)}: second {lang} block in one prose cell (write one block per "
+                                  "language; consecutive prose cells need a code cell between them)")
             try:
                 end = lines.index(LANG_CLOSE, i + 1)
             except ValueError:
