@@ -240,6 +240,18 @@ def visible_frames(page):
         ".jupyter-widgets img", "els => els.filter(e => e.offsetParent !== null).map(e => e.src)")
 
 
+def frames_after_change(page, before, timeout=5.0):
+    """The visible frames once they differ from ``before`` (or after ``timeout`` seconds)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        now = visible_frames(page)
+        if now != before or time.monotonic() > deadline:
+            return now
+        page.wait_for_timeout(50)
+
+
 def widget_pages(html_root):
     return [rel for rel in all_pages(html_root)
             if "application/vnd.jupyter.widget-state+json" in (html_root / rel).read_text("utf-8")]
@@ -259,8 +271,7 @@ def test_every_widget_control_changes_the_picture(html_root, server, browser):
             before = visible_frames(page)
             assert len(before) >= 1, rel
             buttons.nth(buttons.count() - 1).click()
-            page.wait_for_timeout(150)
-            after = visible_frames(page)
+            after = frames_after_change(page, before)
             assert after and after != before, (rel, g)
         groups.first.scroll_into_view_if_needed()
         visit.screenshot(rel.replace("/", "_").removesuffix(".html") + "_widget")
@@ -275,8 +286,7 @@ def test_widgets_respond_when_the_page_is_opened_from_disk(html_root, browser):
     before = visible_frames(page)
     page.get_by_role("button", name="关", exact=True).click()
     page.get_by_role("button", name="3 · softmax → 权重").click()
-    page.wait_for_timeout(150)
-    assert visible_frames(page) != before
+    assert frames_after_change(page, before) != before
     assert visit.remote_requests() == []
     visit.close()
 
