@@ -1,0 +1,116 @@
+"""Multi-head causal self-attention, nanoGPT style: one module, shapes in comments.
+
+D = d_model (the whole width), H = n_heads, d = D // H (the width of one head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import attention_scores, masked_softmax
+from .masks import causal_allowed
+
+
+@dataclass
+class AttentionConfig:
+    d_model: int = 128  # D
+    n_heads: int = 4  # H; d = D / H = 32
+    bias: bool = False
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[B, T, D] -> [B, H, T, d]: view the features as H heads, then move heads before time."""
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, T, d] -> [B, T, D]: the inverse of :func:`split_heads`."""
+    B, H, T, d = x.shape
+    return x.transpose(1, 2).contiguous().view(B, T, H * d)
+
+
+def split_heads_without_transpose(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """The classic bug: ``view(B, H, T, d)`` straight from [B, T, D]. The shape is
+    right, but "time step" t of head h now holds features of other tokens."""
+    B, T, D = x.shape
+    return x.view(B, n_heads, T, D // n_heads)
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head self-attention: [B, T, D] -> [B, T, D]."""
+
+    def __init__(self, config: AttentionConfig):
+        super().__init__()
+        assert config.d_model % config.n_heads == 0, "D must be divisible by H"
+        self.n_heads = config.n_heads
+        D = config.d_model
+        self.q_proj = nn.Linear(D, D, bias=config.bias)  # all H query projections in one matrix
+        self.k_proj = nn.Linear(D, D, bias=config.bias)
+        self.v_proj = nn.Linear(D, D, bias=config.bias)
+        self.out_proj = nn.Linear(D, D, bias=config.bias)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values per head, each [B, H, T, d]."""
+        return tuple(split_heads(proj(x), self.n_heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Causal attention weights of every head: [B, H, T, T]."""
+        q, k, _ = self.heads(x)
+        scores = attention_scores(q, k)  # [B, H, T, T]
+        return masked_softmax(scores, causal_allowed(x.size(1), device=x.device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)  # [B, H, T, d] each
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)  # [B, H, T, d]
+        return self.out_proj(merge_heads(out))  # [B, T, D]
+
+
+def to_torch_mha(module: MultiHeadAttention) -> nn.MultiheadAttention:
+    """An ``nn.MultiheadAttention`` (batch_first) holding the same weights."""
+    D = module.q_proj.in_features
+    bias = module.q_proj.bias is not None
+    mha = nn.MultiheadAttention(D, module.n_heads, bias=bias, batch_first=True)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([module.q_proj.weight, module.k_proj.weight, module.v_proj.weight]))
+        mha.out_proj.weight.copy_(module.out_proj.weight)
+        if bias:
+            mha.in_proj_bias.copy_(torch.cat([module.q_proj.bias, module.k_proj.bias, module.v_proj.bias]))
+            mha.out_proj.bias.copy_(module.out_proj.bias)
+    return mha.eval()
+
+
+def hand_built_heads(T: int, config: AttentionConfig = AttentionConfig(), sharpness: float = 8.0
+                     ) -> tuple[MultiHeadAttention, torch.Tensor]:
+    """Four heads with weights set by hand, so that each looks somewhere else.
+
+    The input ``x`` [1, T, D] carries a one-hot position code in its first T
+    features. Head 0 attends to the previous token, head 1 to the token itself,
+    head 2 to the first token, head 3 spreads evenly over the allowed prefix.
+    Returns the module and ``x``.
+    """
+    assert config.n_heads == 4 and config.d_model // config.n_heads >= T
+    D, d = config.d_model, config.d_model // config.n_heads
+    module = MultiHeadAttention(config)
+    x = torch.zeros(1, T, D)
+    x[0, :, :T] = torch.eye(T)  # position t -> feature t
+    Wq, Wk = torch.zeros(D, D), torch.zeros(D, D)  # nn.Linear weight: [out, in]
+    scale = sharpness * d ** 0.5
+    for t in range(T):
+        Wq[0 * d + t, t] = scale  # head 0: query t looks for key t-1
+        if t + 1 < T:
+            Wk[0 * d + t + 1, t] = 1.0
+        Wq[1 * d + t, t] = scale  # head 1: query t looks for key t
+        Wk[1 * d + t, t] = 1.0
+        Wq[2 * d, t] = scale  # head 2: every query looks for position 0
+    Wk[2 * d, 0] = 1.0  # head 3: all zero -> equal scores -> uniform over the prefix
+    with torch.no_grad():
+        module.q_proj.weight.copy_(Wq)
+        module.k_proj.weight.copy_(Wk)
+        module.v_proj.weight.copy_(torch.eye(D))
+        module.out_proj.weight.copy_(torch.eye(D))
+    return module.eval(), x
