@@ -130,8 +130,9 @@ class HeadExplorer(widgets.VBox):
         self.tokens = list(tokens)
         H, T = weights.shape[0], len(self.tokens)
         allowed = causal_allowed(T)
-        names = list(head_names) if head_names else [t("heads.head", n=h) for h in range(H)]
-        self.head_control = toggle([t("heads.all")] + [t("heads.head", n=h) for h in range(H)], t("heads.show"))
+        labels = [t("heads.head", n=h) for h in range(H)]
+        names = list(head_names) if head_names else labels
+        self.head_control = toggle([t("heads.all")] + labels, t("heads.show"))
 
         def panel(h: int) -> dict:
             return {"matrix": weights[h], "kind": "weights", "allowed": allowed, "title": names[h],
