@@ -12,9 +12,9 @@ import random
 import numpy as np
 import torch
 
-from .i18n import get_language, set_language, t
+from .i18n import get_language, set_language, tr
 
-__all__ = ["setup", "pick_device", "set_language", "get_language", "t", "tokens"]
+__all__ = ["setup", "pick_device", "set_language", "get_language", "tr", "tokens"]
 __version__ = "0.1.0"
 
 
@@ -60,4 +60,4 @@ def show_figures_as_png() -> None:
 
 def tokens() -> list[str]:
     """The course's example sentence in the notebook's language, split into tokens."""
-    return t("sentence").split()
+    return tr("sentence").split()

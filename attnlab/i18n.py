@@ -7,7 +7,7 @@ Strings live in ``messages.toml`` (one table per key, one entry per language)::
     de = "Die kausale Maske erkunden"
     zh = "因果掩码探索器"
 
-``t("explorer.title")`` returns the entry for the current language; keyword
+``tr("explorer.title")`` returns the entry for the current language; keyword
 arguments fill ``{placeholders}``. A test checks that every key has all three
 languages with the same placeholders.
 """
@@ -52,7 +52,7 @@ def get_language() -> str:
     return _current
 
 
-def t(key: str, lang: str | None = None, **values) -> str:
+def tr(key: str, lang: str | None = None, **values) -> str:
     """The message ``key`` in the current (or given) language, placeholders filled."""
     entry = catalog()[key]
     return entry[lang or _current].format(**values)

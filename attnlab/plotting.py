@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from PIL import Image
 
-from .i18n import t
+from .i18n import tr
 
 BLOCKED_GREY = "#d4d4d4"
 NAN_COLOUR = "#3b3b3b"
@@ -104,8 +104,8 @@ def draw_matrix(ax, matrix, tokens, *, kind: str = "scores", allowed=None,
     ax.set_yticks(range(n_rows), labels[-n_rows:], fontsize=8)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    ax.set_xlabel(t("axis.key"), fontsize=8)
-    ax.set_ylabel(t("axis.query"), fontsize=8)
+    ax.set_xlabel(tr("axis.key"), fontsize=8)
+    ax.set_ylabel(tr("axis.query"), fontsize=8)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -176,11 +176,11 @@ def tile_figure(T: int, block: int, title: str = "") -> Figure:
     ax.set_aspect("equal")
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    ax.set_xlabel(t("axis.key"), fontsize=8)
-    ax.set_ylabel(t("axis.query"), fontsize=8)
+    ax.set_xlabel(tr("axis.key"), fontsize=8)
+    ax.set_ylabel(tr("axis.query"), fontsize=8)
     ax.tick_params(labelsize=7)
     handles = [Rectangle((0, 0), 1, 1, facecolor=TILE_COLOURS[k], edgecolor="#999999") for k in TILE_COLOURS]
-    fig.legend(handles, [t(f"tiles.{k}") for k in TILE_COLOURS], loc="outside lower center", ncols=3,
+    fig.legend(handles, [tr(f"tiles.{k}") for k in TILE_COLOURS], loc="outside lower center", ncols=3,
                fontsize=7.5, frameon=False)
     if title:
         fig.suptitle(title, fontsize=9)

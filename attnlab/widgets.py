@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import torch
 
 from .attention import attention_scores, masked_softmax
-from .i18n import t
+from .i18n import tr
 from .masks import causal_allowed
 from .plotting import figure_png, frozen_layout, matrix_figure, tile_figure
 
@@ -60,10 +60,10 @@ class MaskExplorer(widgets.VBox):
         T = len(self.tokens)
         scores = attention_scores(q, k)  # [T, T]
         allowed = causal_allowed(T)
-        self.mask_control = toggle([t("explorer.mask_on"), t("explorer.mask_off")], t("explorer.mask"))
-        self.step_control = toggle([t("step.scores"), t("step.masked"), t("step.weights")], t("explorer.step"))
-        self.row_control = toggle([t("explorer.all_rows")] + [f"{i} {tok}" for i, tok in enumerate(self.tokens)],
-                                  t("explorer.row"))
+        self.mask_control = toggle([tr("explorer.mask_on"), tr("explorer.mask_off")], tr("explorer.mask"))
+        self.step_control = toggle([tr("step.scores"), tr("step.masked"), tr("step.weights")], tr("explorer.step"))
+        self.row_control = toggle([tr("explorer.all_rows")] + [f"{i} {tok}" for i, tok in enumerate(self.tokens)],
+                                  tr("explorer.row"))
 
         def panel(mask_index: int, step: int, row_index: int) -> dict:
             use_mask = mask_index == 0
@@ -87,17 +87,17 @@ class MaskExplorer(widgets.VBox):
             return image_frame(figure_png(fig))
 
         stack, self.links = nested_stack([self.mask_control, self.step_control, self.row_control], frame)
-        legend = widgets.HTML(f"<small>{t('explorer.legend')}</small>")
-        super().__init__([widgets.HTML(f"<b>{t('explorer.title')}</b>"), self.step_control,
+        legend = widgets.HTML(f"<small>{tr('explorer.legend')}</small>")
+        super().__init__([widgets.HTML(f"<b>{tr('explorer.title')}</b>"), self.step_control,
                           self.row_control, self.mask_control, stack, legend])
 
     def _caption(self, step: int, use_mask: bool, row: int | None) -> str:
-        caption = t(["step.scores", "step.masked", "step.weights"][step])
+        caption = tr(["step.scores", "step.masked", "step.weights"][step])
         if not use_mask:
-            caption += " · " + t("explorer.unmasked")
+            caption += " · " + tr("explorer.unmasked")
         if row is not None:
             sources = " ".join(self.tokens[: row + 1]) if use_mask else " ".join(self.tokens)
-            caption += "\n" + t("explorer.sources", token=self.tokens[row], sources=sources)
+            caption += "\n" + tr("explorer.sources", token=self.tokens[row], sources=sources)
         return caption
 
     def __repr__(self) -> str:  # what nbval compares: short and deterministic
@@ -117,7 +117,7 @@ def mask_explorer_for(sentence: str, d: int = 8, seed: int = 0) -> MaskExplorer:
     spaces (also in Chinese), queries and keys are random (seeded)."""
     tokens = sentence.split()
     if not 1 <= len(tokens) <= MAX_OWN_TOKENS:
-        raise ValueError(t("explorer.too_long", n=len(tokens), max=MAX_OWN_TOKENS))
+        raise ValueError(tr("explorer.too_long", n=len(tokens), max=MAX_OWN_TOKENS))
     q, k = torch.randn(2, len(tokens), d, generator=torch.Generator().manual_seed(seed)).unbind(0)
     return MaskExplorer(tokens, q, k)
 
@@ -130,9 +130,9 @@ class HeadExplorer(widgets.VBox):
         self.tokens = list(tokens)
         H, T = weights.shape[0], len(self.tokens)
         allowed = causal_allowed(T)
-        labels = [t("heads.head", n=h) for h in range(H)]
+        labels = [tr("heads.head", n=h) for h in range(H)]
         names = list(head_names) if head_names else labels
-        self.head_control = toggle([t("heads.all")] + labels, t("heads.show"))
+        self.head_control = toggle([tr("heads.all")] + labels, tr("heads.show"))
 
         def panel(h: int) -> dict:
             return {"matrix": weights[h], "kind": "weights", "allowed": allowed, "title": names[h],
@@ -146,7 +146,7 @@ class HeadExplorer(widgets.VBox):
             return image_frame(figure_png(fig))
 
         stack, self.links = nested_stack([self.head_control], frame)
-        super().__init__([widgets.HTML(f"<b>{t('heads.title')}</b>"), self.head_control, stack])
+        super().__init__([widgets.HTML(f"<b>{tr('heads.title')}</b>"), self.head_control, stack])
 
     def __repr__(self) -> str:
         return f"HeadExplorer(tokens={self.tokens}, heads={len(self.head_control.options) - 1})"
@@ -160,17 +160,17 @@ class TileExplorer(widgets.VBox):
         from .blocked import tile_map
 
         self.T, self.blocks = T, list(blocks)
-        self.block_control = toggle([str(b) for b in self.blocks], t("tiles.block"))
+        self.block_control = toggle([str(b) for b in self.blocks], tr("tiles.block"))
 
         def frame(index: int) -> widgets.Image:
             block = self.blocks[index]
             kinds = [kind for row in tile_map(T, block) for kind in row]
-            title = t("tiles.caption", T=T, block=block, full=kinds.count("full"),
+            title = tr("tiles.caption", T=T, block=block, full=kinds.count("full"),
                       diagonal=kinds.count("diagonal"), skipped=kinds.count("skipped"))
             return image_frame(figure_png(tile_figure(T, block, title)))
 
         stack, self.links = nested_stack([self.block_control], frame)
-        super().__init__([widgets.HTML(f"<b>{t('tiles.title')}</b>"), self.block_control, stack])
+        super().__init__([widgets.HTML(f"<b>{tr('tiles.title')}</b>"), self.block_control, stack])
 
     def __repr__(self) -> str:
         return f"TileExplorer(T={self.T}, blocks={self.blocks})"

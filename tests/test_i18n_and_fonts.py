@@ -26,9 +26,9 @@ def test_german_and_chinese_messages_are_translated():
 def test_t_uses_current_language_and_fills_placeholders():
     i18n.set_language("de")
     try:
-        assert i18n.t("explorer.mask") == "Maske"
-        assert i18n.t("explorer.sources", token="x", sources="a b") == "„x“ darf lesen: a b"
-        assert i18n.t("explorer.mask", lang="zh") == "掩码"
+        assert i18n.tr("explorer.mask") == "Maske"
+        assert i18n.tr("explorer.sources", token="x", sources="a b") == "„x“ darf lesen: a b"
+        assert i18n.tr("explorer.mask", lang="zh") == "掩码"
     finally:
         i18n.set_language("en")
     with pytest.raises(ValueError):

@@ -137,3 +137,23 @@ def test_the_mask_code_taught_in_chapter_1_agrees_with_the_package():
     assert torch.allclose(namespace["causal_attention_masked_fill"](q, k, v), expected, atol=1e-6)
     assert torch.equal(namespace["causal_bias"](9), masks.additive_mask(masks.causal_allowed(9)))
     assert torch.allclose(namespace["NanoGPTMask"](16)(q, k, v), expected, atol=1e-6)
+
+
+def test_comments_are_localized_and_code_stays_identical(tmp_path):
+    code = ("x = 1  # en: one | de: eins | zh: 一\n"
+            "if x:\n"
+            "    # en: a whole line\n"
+            "    # de: eine ganze Zeile\n"
+            "    # zh: 整行\n"
+            "    y = '# en: not a comment'  # plain comment stays\n")
+    assert notebooks.localize_code(code, "de") == (
+        "x = 1  # eins\nif x:\n    # eine ganze Zeile\n    y = '# en: not a comment'  # plain comment stays\n")
+    assert notebooks.localize_code(code, "zh").splitlines()[0] == "x = 1  # 一"
+    stripped = {notebooks.strip_comments(notebooks.localize_code(code, lang)) for lang in notebooks.LANGUAGES}
+    assert len(stripped) == 1
+
+
+def test_a_comment_in_one_language_only_is_rejected(tmp_path):
+    path = write_source(tmp_path, "```{code-cell}\n# en: only English\nx = 1\n```\n")
+    with pytest.raises(notebooks.SourceError, match=r"99-test.md:\d+: .*needs '# de"):
+        notebooks.parse_source(path)

@@ -25,6 +25,14 @@ A run of ``::::{lang}`` blocks becomes one Markdown cell in each language
 and must hold en, de and zh exactly once. Code cells are shared; a
 generated setup cell (after the opening prose) sets the notebook's language.
 
+Comments in code cells are written in all three languages and each notebook
+keeps its own (the code itself is identical)::
+
+    x = q.view(B, T, H, d)  # en: split D into H heads | de: D in H Köpfe aufteilen | zh: 把 D 拆成 H 个头
+    # en: a whole-line comment
+    # de: ein Kommentar über eine ganze Zeile
+    # zh: 整行注释
+
 Commands (run from the repository root)::
 
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
@@ -58,6 +66,10 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # language of figures and messages; seeds every RNG'
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+INLINE_COMMENT = re.compile(r"#\s?en:\s(?P<en>.*?)\s\|\sde:\s(?P<de>.*?)\s\|\szh:\s(?P<zh>.*?)\s*$")
+LINE_COMMENT = re.compile(r"^(?P<indent>\s*)#\s?(?P<lang>en|de|zh):\s(?P<text>.*?)\s*$")
 
 
 class SourceError(ValueError):
@@ -151,12 +163,61 @@ def parse_source(path: pathlib.Path) -> Source:
                 end = lines.index(CODE_CLOSE, j)
             except ValueError:
                 raise SourceError(f"{where(i)}: unclosed code cell") from None
-            cells.append(Cell("code", "\n".join(lines[j:end]).strip("\n"), tags, line=i + 1))
+            code = "\n".join(lines[j:end]).strip("\n")
+            try:
+                localize_code(code, "en")
+            except SourceError as error:
+                raise SourceError(f"{where(i)}: {error}") from None
+            cells.append(Cell("code", code, tags, line=i + 1))
             i = end + 1
             continue
         raise SourceError(f"{where(i)}: text outside a {{lang}} block or code cell: {line[:60]!r}")
     close_group()
     return Source(path, meta, cells)
+
+
+def localize_code(code: str, lang: str) -> str:
+    """The code with its three-language comments reduced to ``lang``.
+
+    Inline: ``# en: ... | de: ... | zh: ...``; whole lines: three consecutive
+    comment lines ``# en: ...``, ``# de: ...``, ``# zh: ...`` (same indent).
+    """
+    lines = code.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        first = LINE_COMMENT.match(line)
+        if first and first.group("lang") == "en":
+            group = [LINE_COMMENT.match(x) for x in lines[i:i + 3]]
+            if (len(group) < 3 or not all(group) or [m.group("lang") for m in group] != list(LANGUAGES)
+                    or len({m.group("indent") for m in group}) != 1):
+                raise SourceError(f"comment line {line.strip()!r} needs '# de: ...' and '# zh: ...' "
+                                  "lines right below it, with the same indent")
+            chosen = group[LANGUAGES.index(lang)]
+            out.append(f"{chosen.group('indent')}# {chosen.group('text')}")
+            i += 3
+            continue
+        if first:
+            raise SourceError(f"comment line {line.strip()!r} must follow a '# en: ...' line")
+        if m := INLINE_COMMENT.search(line):
+            line = line[:m.start()] + "# " + m.group(lang)
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def strip_comments(code: str) -> str:
+    """The code without comments (what must be identical across languages)."""
+    import io
+    import tokenize
+
+    try:
+        tokens = [(tok.type, tok.string) for tok in tokenize.generate_tokens(io.StringIO(code).readline)
+                  if tok.type not in (tokenize.COMMENT, tokenize.NL)]
+        return json.dumps(tokens, ensure_ascii=False)
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return code  # IPython magics and the like: compare as written
 
 
 def find_sources(names: list[str] | None = None) -> list[Source]:
@@ -180,7 +241,7 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
         if cell.kind == "markdown":
             new = nbformat.v4.new_markdown_cell(cell.text[lang], id=f"md-{n:03d}")
         else:
-            new = nbformat.v4.new_code_cell(cell.text, id=f"code-{n:03d}")
+            new = nbformat.v4.new_code_cell(localize_code(cell.text, lang), id=f"code-{n:03d}")
             if cell.tags:
                 new.metadata["tags"] = list(cell.tags)
         nb.cells.append(new)
@@ -295,7 +356,7 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
             committed = nbformat.read(out, as_version=4)
             if strip_outputs(committed) != render_notebook(source, lang):
                 problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
-            code = [c.source for c in committed.cells if c.cell_type == "code" and c.id != "setup"]
+            code = [strip_comments(c.source) for c in committed.cells if c.cell_type == "code" and c.id != "setup"]
             code_by_lang[lang] = code
             unexecuted = [c.id for c in committed.cells if c.cell_type == "code" and c.execution_count is None]
             if unexecuted:
