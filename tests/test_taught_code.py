@@ -103,3 +103,36 @@ def test_the_notebook_blocked_attention_computes_what_the_package_computes():
         out, counts = blocked.blocked_attention(q, k, v, block=block, causal=causal)
         assert torch.equal(shown_out, out) and shown_counts == counts
     assert counts.skipped == 0 and counts.full == math.ceil(45 / 16) ** 2
+
+
+def run_with_changes(chapter: str, changes: list[tuple[str, str]]) -> dict:
+    """Run a chapter's code cells after the reader's edits (timing cells skipped)."""
+    namespace: dict = {}
+    exec("import attnlab", namespace)
+    for source in notebook_cells(chapter):
+        for old, new in changes:
+            source = source.replace(old, new)
+        if "best_time" not in source:
+            exec(source, namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("changes", [
+    [("AttentionConfig(d_model=128, n_heads=4)", "AttentionConfig(d_model=96, n_heads=8)"), ("B, T = 2, 6", "B, T = 1, 3")],
+    [("AttentionConfig(d_model=128, n_heads=4)", "AttentionConfig(d_model=64, n_heads=1)"), ("B, T = 2, 6", "B, T = 3, 12")],
+], ids=["H8-T3", "H1-T12"])
+def test_chapter_2_runs_with_other_sizes(changes):
+    for old, _ in changes:
+        assert any(old in cell for cell in notebook_cells(CHAPTER_2)), old
+    namespace = run_with_changes(CHAPTER_2, changes)
+    assert namespace["per_head"].shape[-1] == len(namespace["tokens"])
+
+
+def test_chapter_3_runs_with_other_block_sizes():
+    changes = [("for block in (16, 64):", "for block in (7, 300):"),
+               ("tile_explorer(T=32, blocks=(4, 8, 16))", "tile_explorer(T=20, blocks=(3, 32))"),
+               ("T_kv, T_q = 5, 2", "T_kv, T_q = 9, 1"), ("sizes = [256, 512, 1024, 2048]", "sizes = [64, 128]")]
+    for old, _ in changes:
+        assert any(old in cell for cell in notebook_cells(CHAPTER_3)), old
+    namespace = run_with_changes(CHAPTER_3, changes)
+    assert namespace["counts"].skipped == 0  # block 300 > T = 200: one diagonal tile, nothing skipped
