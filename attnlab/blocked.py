@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral
-
 import torch
 
 from .i18n import tr
+from .inputs import whole_number
 
 
 @dataclass
@@ -44,8 +43,7 @@ class TileCounts:
 
 def check_blocked_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block, causal: bool) -> None:
     """Clear (localized) errors for inputs ``blocked_attention`` cannot take."""
-    if isinstance(block, bool) or not isinstance(block, Integral) or block < 1:
-        raise ValueError(tr("error.block_size", block=repr(block)))
+    whole_number("block", block, low=1)
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(tr("error.qkv_dims", q=tuple(q.shape), k=tuple(k.shape), v=tuple(v.shape)))
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
