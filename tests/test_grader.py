@@ -143,6 +143,21 @@ def test_a_learner_catching_every_exception_cannot_swallow_the_time_limit():
     assert keys(grader.grade("ch1.causal_mask", stubborn, time_limit=0.1)) == {"grader.timeout"}
 
 
+def test_an_outer_alarm_keeps_running_after_a_check():
+    import signal
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *args: fired.append(True))
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    try:
+        grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].reference)
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining < 30.0 and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_none_wrong_shape_dtype_device_and_nan_each_have_a_message():
     cases = {
         "grader.none": lambda T: None,
