@@ -159,3 +159,14 @@ def test_toc_lists_chapters_exercises_and_solutions_under_captions_in_every_lang
         assert names == [site.PART_CAPTIONS[c][lang] for c in captions]
         for part in localized["parts"]:
             assert all(f"/{lang}/" in c["file"] and "/en/" not in c["file"] for c in part["chapters"])
+
+
+def test_the_installed_package_carries_the_graded_tasks():
+    """check() imports attnlab.exercises: a pip install (Colab) must ship every subpackage."""
+    import tomllib
+
+    config = tomllib.loads((notebooks.ROOT / "pyproject.toml").read_text("utf-8"))
+    packages = set(config["tool"]["setuptools"]["packages"])
+    found = {p.parent.relative_to(notebooks.ROOT).as_posix().replace("/", ".")
+             for p in (notebooks.ROOT / "attnlab").rglob("__init__.py")}
+    assert found <= packages
