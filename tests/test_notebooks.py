@@ -219,3 +219,20 @@ def test_code_in_a_page_becomes_a_python_block_with_the_readers_comments(tmp_pat
     source = notebooks.parse_source(path)
     assert notebooks.render_page(source, "de").endswith("# Seite\n\n```python\nx = 1  # eins\n```\n")
     assert "x = 1  # 一" in notebooks.render_page(source, "zh")
+
+
+def test_refresh_adds_new_cell_options_but_keeps_outputs_and_refuses_code_changes(tmp_path):
+    path = write_source(tmp_path, "```{code-cell}\nshow()\n```\n")
+    source = notebooks.parse_source(path)
+    for out in notebooks.render(source, tmp_path):  # stands in for executed notebooks
+        nb = nbformat.read(out, as_version=4)
+        nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
+        nb.cells[1].execution_count = 1
+        notebooks.write_notebook(nb, out)
+    path.write_text(path.read_text("utf-8").replace("```{code-cell}\n", "```{code-cell}\n:alt: en: a | de: b | zh: 丙\n"))
+    refreshed = notebooks.refresh(notebooks.parse_source(path), tmp_path)
+    nb = nbformat.read(refreshed[2], as_version=4)
+    assert nb.cells[1].metadata["mystnb"] == {"image": {"alt": "丙"}} and nb.cells[1].outputs[0].text == "kept\n"
+    path.write_text(path.read_text("utf-8").replace("show()", "show(1)"))
+    with pytest.raises(notebooks.SourceError, match="code or prose changed"):
+        notebooks.refresh(notebooks.parse_source(path), tmp_path)

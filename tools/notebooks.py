@@ -43,6 +43,7 @@ Commands (run from the repository root)::
 
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
     python -m tools.notebooks render              # render only, no execution
+    python -m tools.notebooks refresh [SOURCE ...]  # only cell options (alt, caption, tags) changed: keep outputs
     python -m tools.notebooks check               # stale / missing language / code drift
 """
 
@@ -441,15 +442,41 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
     return problems
 
 
+def refresh(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Give executed notebooks the cell metadata of ``source`` (alt texts, captions, tags), keeping their outputs.
+
+    Only for changes that cannot alter what a cell prints: refuses when any cell's
+    text, kind or order differs from the source (run ``build`` then).
+    """
+    written = []
+    for lang in LANGUAGES if source.meta.get("kind") != "page" else ():
+        path = source.output_path(lang, root)
+        committed = nbformat.read(path, as_version=4)
+        fresh = render_notebook(source, lang)
+        if [(c.id, c.cell_type, c.source) for c in committed.cells] != [(c.id, c.cell_type, c.source) for c in fresh.cells]:
+            raise SourceError(f"{path.relative_to(root)}: code or prose changed since it was executed; "
+                              "run `python -m tools.notebooks build` instead")
+        for old, new in zip(committed.cells, fresh.cells):
+            old.metadata = new.metadata
+        write_notebook(committed, path)
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["build", "render", "check"])
+    parser.add_argument("command", choices=["build", "render", "check", "refresh"])
     parser.add_argument("sources", nargs="*", help="source files (default: all)")
     args = parser.parse_args(argv)
     if args.command == "check":
         problems = check()
         print("\n".join(problems) or "notebooks are up to date")
         return 1 if problems else 0
+    if args.command == "refresh":
+        for source in find_sources(args.sources):
+            for path in refresh(source):
+                print(f"refreshed {path.relative_to(ROOT)}")
+        return 0
     for source in find_sources(args.sources):
         for path in render(source):
             if args.command == "build" and path.suffix == ".ipynb":
