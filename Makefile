@@ -11,7 +11,7 @@ PORT   ?= 8000
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book site serve test venv notebooks font browser clean
+.PHONY: book site serve test venv notebooks font browser bench clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ test: $(STAMP) browser         ## command 2: everything, nbval and browser tests
 
 notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
 	$(BIN)/python -m tools.notebooks build
+
+bench: $(STAMP)                ## measure every performance claim (benchmarks/results/, attnlab/data/benchmarks.json)
+	$(BIN)/python -m benchmarks.run --publish $(BENCH_ARGS)
 
 font: $(STAMP)                 ## rebuild the CJK font subset (needs Debian's fonts-noto-cjk)
 	$(BIN)/python tools/make_font.py
