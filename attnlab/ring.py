@@ -24,20 +24,22 @@ counts of every step are returned (:class:`RingStats`) and have closed forms
 Running it
 ----------
 In a notebook or a test, :func:`run_ring` starts P CPU processes with the
-``gloo`` backend (``torch.multiprocessing``, start method "forkserver",
-or "spawn" where there is none),
-rendezvous on a free port of 127.0.0.1, one torch thread each, and returns
-every rank's report. The same functions run on GPUs with NCCL, one process
-per GPU, started by ``torchrun``::
+``gloo`` backend (``torch.multiprocessing`` with the start method
+"forkserver", or "spawn" where there is none), lets them rendezvous on a
+free port of 127.0.0.1 with one torch thread each, and returns every rank's
+report. The same functions run on GPUs with NCCL, one process per GPU,
+started by ``torchrun``::
 
-    torchrun --nproc-per-node=4 -m attnlab.ring --T 65536 --layout zigzag
+    torchrun --nproc-per-node=4 -m attnlab.ring --T 65536 --block 512 --layout zigzag
     torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \\
-        --rdzv-endpoint=HOST:29500 -m attnlab.ring --T 262144
+        --rdzv-endpoint=HOST:29500 -m attnlab.ring --T 262144 --block 512
 
 ``torchrun`` sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT;
 :func:`main` then picks ``nccl`` and ``cuda:LOCAL_RANK`` when CUDA is present
-(``--backend gloo`` forces CPU processes). Without torchrun,
-``python -m attnlab.ring --nproc 4`` uses :func:`run_ring`.
+(``--backend gloo`` forces CPU processes; ``--check`` compares with SDPA on
+the whole sequence, for small T). Without torchrun,
+``python -m attnlab.ring --nproc 4`` starts CPU processes with :func:`run_ring`.
+Point-to-point peers are ranks of the default process group.
 """
 
 from __future__ import annotations
@@ -431,7 +433,10 @@ def _process_context():
 
     if "forkserver" in mp.get_all_start_methods():
         context = mp.get_context("forkserver")
-        context.set_forkserver_preload(["torch", "torch.distributed", "attnlab.ring"])
+        main = getattr(sys.modules["__main__"], "__spec__", None)  # `python -m attnlab.ring` runs as __main__
+        # torch._dynamo: the first TorchDispatchMode (attnlab.memory.PeakMemory) imports it, seconds per process
+        preload = ["torch", "torch.distributed", "torch._dynamo", "attnlab.ring"]
+        context.set_forkserver_preload([name for name in preload if name != getattr(main, "name", None)])
         return context
     return mp.get_context("spawn")
 
@@ -495,13 +500,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout", choices=LAYOUTS + ("all",), default="all")
     parser.add_argument("--no-causal", dest="causal", action="store_false")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--check", action="store_true", help="compare with SDPA on the whole sequence (small T)")
     parser.add_argument("--backend", choices=("nccl", "gloo"), default=None,
                         help="default: nccl when CUDA is present, else gloo")
     parser.add_argument("--nproc", type=int, default=2, help="processes to start when not under torchrun")
     args = parser.parse_args(argv)
     layouts = LAYOUTS if args.layout == "all" else (args.layout,)
     jobs = [RingJob(T=args.T, layout=layout, causal=args.causal, block=args.block, heads=args.heads, d=args.d,
-                    repeats=args.repeats) for layout in layouts]
+                    repeats=args.repeats, check=args.check) for layout in layouts]
     if "RANK" not in os.environ:  # not under torchrun: start CPU processes here
         print_results(run_ring(jobs, args.nproc))
         return 0
@@ -535,4 +541,6 @@ def print_results(results: list[JobResult]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from attnlab.ring import main as package_main  # the processes must find their functions in attnlab.ring
+
+    sys.exit(package_main())

@@ -37,6 +37,12 @@ def _light(colour: str, amount: float) -> tuple[float, float, float]:
     return tuple(c + (1 - c) * amount for c in to_rgb(colour))
 
 
+def _ink(colour: str) -> str:
+    """Text colour that stays readable on ``colour``."""
+    red, green, blue = to_rgb(colour)
+    return "white" if 0.2126 * red + 0.7152 * green + 0.0722 * blue < 0.5 else "#1a1a1a"
+
+
 def layout_figure(T: int, P: int, layouts: Sequence[str] = LAYOUTS) -> Figure:
     """One row of T tokens per layout, each token coloured by the rank that holds it."""
     fig = Figure(figsize=(7.2, 0.55 + 0.62 * len(layouts)), layout="constrained")
@@ -47,7 +53,8 @@ def layout_figure(T: int, P: int, layouts: Sequence[str] = LAYOUTS) -> Figure:
             owner[positions] = rank
         for t in range(T):
             ax.add_patch(Rectangle((t, 0), 1, 1, facecolor=rank_colour(owner[t]), edgecolor="white", linewidth=1))
-            ax.text(t + 0.5, 0.5, str(owner[t]), ha="center", va="center", fontsize=7, color="white")
+            ax.text(t + 0.5, 0.5, str(owner[t]), ha="center", va="center", fontsize=7,
+                    color=_ink(rank_colour(owner[t])))
         ax.set_xlim(0, T)
         ax.set_ylim(0, 1)
         ax.set_yticks([0.5], [tr(f"ring.layout.{layout}")], fontsize=8)
