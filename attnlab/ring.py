@@ -60,6 +60,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .blocked import TileCounts, attend_tiles, finish_states, start_states, tile_kind
+from . import inputs
 from .i18n import get_language, set_language, tr
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
@@ -70,10 +71,11 @@ LAYOUTS = ("contiguous", "striped", "zigzag")
 
 def shard_positions(T: int, P: int, layout: str) -> torch.Tensor:
     """Positions of the tokens each rank holds: [P, T // P], increasing in every row."""
+    T, P = inputs.whole_number("T", T, 1), inputs.whole_number("P", P, 1)
     if layout not in LAYOUTS:
-        raise ValueError(tr("ring.error_layout", layout=layout, layouts=", ".join(LAYOUTS)))
+        raise ValueError(tr("ring.error_layout", layouts=", ".join(LAYOUTS), got=inputs.describe(layout)))
     parts = 2 * P if layout == "zigzag" else P
-    if P < 1 or T < parts or T % parts:
+    if T % parts:
         raise ValueError(tr("ring.error_divisible", T=T, parts=parts, layout=layout, P=P))
     tokens = torch.arange(T)
     if layout == "contiguous":
@@ -87,7 +89,7 @@ def shard_positions(T: int, P: int, layout: str) -> torch.Tensor:
 def check_sizes(T: int, P: int, layout: str, block: int) -> None:
     """Raise a clear ValueError for sizes ring attention cannot use."""
     shard_positions(T, P, layout)
-    if block < 1:
+    if inputs.whole_number("block", block) < 1:
         raise ValueError(tr("ring.error_block", block=block, S=T // P))
 
 
@@ -447,12 +449,11 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobR
     Sizes are checked here first, so bad input fails at once with a clear
     message. A failure in any process is raised here with its traceback.
     """
-    if not isinstance(P, int) or P < 1:
-        raise ValueError(tr("ring.error_processes", P=P))
+    P = inputs.whole_number("P", P, 1)
     for job in jobs:
         check_sizes(job.T, P, job.layout, job.block)
         if job.method not in ("ring", "allgather", "pass"):
-            raise ValueError(tr("ring.error_method", method=job.method))
+            raise ValueError(tr("ring.error_method", got=inputs.describe(job.method)))
     context = _process_context()
     results = context.Queue()
     port = free_port()

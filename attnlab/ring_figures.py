@@ -19,13 +19,28 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from . import inputs
 from .i18n import tr
 from .plotting import figure_png, frozen_layout
-from .ring import LAYOUTS, JobResult, ring_schedule, shard_positions
+from .ring import LAYOUTS, JobResult, check_sizes, ring_schedule, shard_positions
 from .widgets import image_frame, nested_stack, toggle
 
 RANK_COLOURS = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB", "#222255"]  # Paul Tol
 WAIT_COLOUR = "#DDDDDD"
+MAX_TOKENS = 64  # the figures draw every token (the explorer every (query, key) pair)
+
+
+def check_figure_sizes(T, P, block, layouts) -> tuple[int, int, int, list[str]]:
+    """T, P, block and the layouts of a figure, checked with clear messages."""
+    T = inputs.whole_number("T", T, 2, MAX_TOKENS)
+    P = inputs.whole_number("P", P, 1, len(RANK_COLOURS))
+    if isinstance(layouts, str):
+        layouts = [layouts]
+    if not isinstance(layouts, (list, tuple)) or not layouts or any(layout not in LAYOUTS for layout in layouts):
+        raise ValueError(tr("ring.error_layouts_widget", layouts=", ".join(LAYOUTS), got=inputs.describe(layouts)))
+    for layout in layouts:
+        check_sizes(T, P, layout, block)
+    return T, P, int(block), list(layouts)
 
 
 def rank_colour(rank: int) -> str:
@@ -45,6 +60,7 @@ def _ink(colour: str) -> str:
 
 def layout_figure(T: int, P: int, layouts: Sequence[str] = LAYOUTS) -> Figure:
     """One row of T tokens per layout, each token coloured by the rank that holds it."""
+    T, P, _, layouts = check_figure_sizes(T, P, 1, layouts)
     fig = Figure(figsize=(7.2, 0.55 + 0.62 * len(layouts)), layout="constrained")
     axes = fig.subplots(len(layouts), 1, squeeze=False)[:, 0]
     for ax, layout in zip(axes, layouts):
@@ -128,7 +144,8 @@ class RingExplorer(widgets.VBox):
     """Which (query, key) pairs each rank computes at each ring step, for each layout."""
 
     def __init__(self, T: int = 16, P: int = 4, block: int = 2, layouts: Sequence[str] = LAYOUTS):
-        self.T, self.P, self.block, self.layouts = T, P, block, list(layouts)
+        T, P, block, layouts = check_figure_sizes(T, P, block, layouts)
+        self.T, self.P, self.block, self.layouts = T, P, block, layouts
         self.layout_control = toggle([tr(f"ring.layout.{layout}") for layout in self.layouts], tr("ring.layout"))
         self.step_control = toggle([tr("ring.all_steps")] + [str(t) for t in range(P)], tr("ring.step"))
         grids = {layout: pair_grid(T, P, layout, block) for layout in self.layouts}

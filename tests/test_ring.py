@@ -108,7 +108,7 @@ def test_layouts_give_every_token_to_exactly_one_rank():
 @pytest.mark.parametrize("T_bad, P, layout, match", [
     (10, 4, "contiguous", "10 tokens cannot be cut into 4"),
     (12, 4, "zigzag", "12 tokens cannot be cut into 8"),
-    (16, 4, "diagonal", "unknown layout 'diagonal'"),
+    (16, 4, "diagonal", "layout must be one of contiguous, striped, zigzag; got 'diagonal'"),
 ])
 def test_bad_sizes_and_layouts_give_clear_errors_before_any_process_starts(T_bad, P, layout, match):
     with pytest.raises(ValueError, match=match):
@@ -118,22 +118,28 @@ def test_bad_sizes_and_layouts_give_clear_errors_before_any_process_starts(T_bad
 
 
 def test_other_bad_inputs_are_explained_in_the_readers_language():
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="P must be at least 1; got 0"):
         run_ring([RingJob(T=16)], 0)
-    with pytest.raises(ValueError, match="block size 3"):
+    with pytest.raises(TypeError, match="T must be a whole number; got 16.0"):
+        shard_positions(16.0, 2, "contiguous")
+    with pytest.raises(ValueError, match="block must be a positive divisor of 8 .*; got 3"):
         expected_tiles(16, 2, "contiguous", 3)
-    with pytest.raises(ValueError, match="unknown method 'broadcast'"):
+    with pytest.raises(ValueError, match="block must be a positive divisor of 8 .*; got 0"):
+        run_ring([RingJob(T=16, block=0)], 2)
+    with pytest.raises(ValueError, match="method must be ring, allgather or pass; got 'broadcast'"):
         run_ring([RingJob(T=16, method="broadcast")], 2)
     attnlab.set_language("de")
     try:
         with pytest.raises(ValueError, match="gleiche Teile"):
             shard_positions(10, 4, "striped")
+        with pytest.raises(ValueError, match="layout muss eines von contiguous, striped, zigzag sein"):
+            shard_positions(16, 4, "Streifen")
     finally:
         attnlab.set_language("en")
 
 
 def test_an_error_inside_a_rank_is_raised_in_the_caller_with_its_traceback():
-    with pytest.raises(RuntimeError, match="(?s)rank [01] failed.*ZeroDivisionError"):
+    with pytest.raises(RuntimeError, match="(?s)Rank [01] failed.*ZeroDivisionError"):
         run_ring([RingJob(T=8, d=0)], 2, timeout_s=60)  # d = 0: 1/sqrt(d) fails on every rank
 
 

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 import attnlab
 from attnlab.ring import LAYOUTS, JobResult, RankReport, RingJob, expected_tiles
@@ -42,3 +43,16 @@ def test_timeline_and_layout_figures_draw_without_processes():
     fig = timeline_figure([JobResult(job, ranks)])
     assert len(fig.axes) == 1
     assert len(layout_figure(16, 4).axes) == 3
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(T=100), ValueError, "T must be between 2 and 64; got 100"),
+    (dict(P=9), ValueError, "P must be between 1 and 8; got 9"),
+    (dict(T=12, layouts=["zigzag"]), ValueError, "12 tokens cannot be cut into 8"),
+    (dict(layouts=["diagonal"]), ValueError, "layouts must be a non-empty list of contiguous, striped, zigzag"),
+    (dict(block=0), ValueError, "block must be a positive divisor"),
+    (dict(P="4"), TypeError, "P must be a whole number"),
+])
+def test_explorer_refuses_bad_sizes_with_clear_messages(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ring_explorer(**kwargs)
