@@ -9,22 +9,31 @@ and key tile j:
 * j entirely above the diagonal  -> skipped: its keys and values are never read.
 
 Each query row keeps a running maximum ``m``, a running sum ``l`` of
-exponentials and an unnormalised output ``acc`` (:class:`OnlineSoftmax`); a
-new tile rescales them, so no row of T scores is ever materialized.
+exponentials and an unnormalised output ``acc``; a new tile rescales them
+(the "online softmax"), so no row of T scores is ever materialized.
 
-The tiles are visited by :func:`attend_tiles`, which knows each row's and
-column's position in the sequence. Chapter 3's :func:`blocked_attention`
-calls it once with positions 0..T-1; ring attention (``attnlab.ring``) calls
-it once per key block that arrives from another process, with the positions
-of whatever layout the shards use.
+With fewer queries than keys (T_q < T_kv), the queries are the *last* T_q
+positions: the diagonal sits in the lower-right corner, as with
+``torch.nn.attention.bias.causal_lower_right``. Chapter 3 shows
+``tile_kind`` and ``blocked_attention`` in the notebook; a test keeps that
+code and this module equal.
+
+Chapter 9 (ring attention) needs the same loop for keys that arrive in blocks
+from other processes, with the positions of any layout: :func:`attend_tiles`
+is ``blocked_attention``'s loop with explicit positions and the running
+statistics kept in :class:`OnlineSoftmax` between calls. On one whole
+sequence it gives bit for bit the output and the counts of
+``blocked_attention`` (tests/test_blocked_and_memory.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 import torch
+
+from .i18n import tr
+from .inputs import whole_number
 
 
 @dataclass
@@ -43,8 +52,19 @@ class TileCounts:
                           self.skipped + other.skipped, self.score_flops + other.score_flops)
 
 
-def tile_kind(q_start: int, q_end: int, k_start: int, k_end: int) -> str:
-    """"full", "diagonal" or "skipped" for queries [q_start, q_end) and keys [k_start, k_end)."""
+def check_blocked_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block, causal: bool) -> None:
+    """Clear (localized) errors for inputs ``blocked_attention`` cannot take."""
+    whole_number("block", block, low=1)
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(tr("error.qkv_dims", q=tuple(q.shape), k=tuple(k.shape), v=tuple(v.shape)))
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(tr("error.qkv_shapes", q=tuple(q.shape), k=tuple(k.shape), v=tuple(v.shape)))
+    if causal and q.shape[-2] > k.shape[-2]:
+        raise ValueError(tr("error.more_queries_than_keys", T_q=q.shape[-2], T_kv=k.shape[-2]))
+
+
+def tile_kind(q_start, q_end, k_start, k_end):
+    """"full", "diagonal" or "skipped" for query positions [q_start, q_end) and keys [k_start, k_end)."""
     if k_start > q_end - 1:
         return "skipped"  # even the last query of the tile precedes the first key
     if k_end - 1 <= q_start:
@@ -53,66 +73,80 @@ def tile_kind(q_start: int, q_end: int, k_start: int, k_end: int) -> str:
 
 
 def tile_map(T: int, block: int) -> list[list[str]]:
-    """The kind of every (query tile, key tile) pair, for figures."""
+    """The kind of every (query tile, key tile) pair of a square [T, T] matrix, for figures."""
     starts = range(0, T, block)
     return [[tile_kind(i, min(i + block, T), j, min(j + block, T)) for j in starts] for i in starts]
 
 
+def blocked_attention(q, k, v, block=64, causal=True):
+    """Attention over tiles with an online softmax: [..., T_q, d], [..., T_kv, d], [..., T_kv, d_v]
+    -> ([..., T_q, d_v], TileCounts).
+
+    With ``causal=False`` every tile is computed (full attention), which is the
+    fair baseline for counting and timing the skipped tiles.
+    """
+    check_blocked_inputs(q, k, v, block, causal)
+    T_q, T_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    offset = T_kv - T_q  # query i sits at position offset + i (lower-right alignment)
+    counts = TileCounts()
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)  # [..., T_q, d_v]
+    for q_start in range(0, T_q, block):
+        q_end = min(q_start + block, T_q)
+        q_tile = q[..., q_start:q_end, :] / math.sqrt(d)  # [..., bq, d]
+        # running maximum m and sum of exponentials l per row [..., bq]; unnormalised output acc [..., bq, d_v]
+        m = torch.full(q_tile.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(*q_tile.shape[:-1], v.shape[-1], dtype=torch.float32, device=q.device)
+        for k_start in range(0, T_kv, block):
+            k_end = min(k_start + block, T_kv)
+            kind = tile_kind(offset + q_start, offset + q_end, k_start, k_end) if causal else "full"
+            if kind == "skipped":
+                counts.skipped += 1
+                continue  # the keys and values of this tile are never read
+            scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).float()  # [..., bq, bk]
+            counts.score_flops += 2 * (q_end - q_start) * (k_end - k_start) * d * math.prod(q.shape[:-2])
+            if kind == "diagonal":
+                rows = torch.arange(offset + q_start, offset + q_end, device=q.device)[:, None]  # [bq, 1]
+                cols = torch.arange(k_start, k_end, device=q.device)[None, :]  # [1, bk]
+                scores = scores.masked_fill(cols > rows, float("-inf"))
+                counts.diagonal += 1
+            else:
+                counts.full += 1
+            m_new = torch.maximum(m, scores.amax(dim=-1))  # [..., bq]
+            p = torch.exp(scores - m_new[..., None])  # [..., bq, bk]
+            correction = torch.exp(m - m_new)  # rescales what was summed under the old maximum
+            l = l * correction + p.sum(dim=-1)
+            acc = acc * correction[..., None] + p @ v[..., k_start:k_end, :].float()
+            m = m_new
+        out[..., q_start:q_end, :] = (acc / l[..., None]).to(out.dtype)
+    return out, counts
+
+
+# --------------------------------------------------------------------------- blocks that arrive one by one
+
+
 class OnlineSoftmax:
-    """Softmax-weighted sum over keys that arrive tile by tile, for a group of query rows."""
+    """The running statistics of ``blocked_attention`` for one query tile, kept between calls:
+    maximum ``m`` and sum of exponentials ``l`` per row, unnormalised output ``acc``."""
 
     def __init__(self, rows: torch.Size, d_v: int, device: torch.device):
-        self.m = torch.full(rows, float("-inf"), dtype=torch.float32, device=device)  # [..., r] running max
-        self.l = torch.zeros(rows, dtype=torch.float32, device=device)  # [..., r] running sum of exp
-        self.acc = torch.zeros(*rows, d_v, dtype=torch.float32, device=device)  # [..., r, d_v]
+        self.m = torch.full(rows, float("-inf"), dtype=torch.float32, device=device)  # [..., bq]
+        self.l = torch.zeros(rows, dtype=torch.float32, device=device)  # [..., bq]
+        self.acc = torch.zeros(*rows, d_v, dtype=torch.float32, device=device)  # [..., bq, d_v]
 
     def add(self, scores: torch.Tensor, v: torch.Tensor) -> None:
-        """Fold in one tile: ``scores`` [..., r, c] (float32, -inf where masked), ``v`` [..., c, d_v]."""
-        m_new = torch.maximum(self.m, scores.amax(dim=-1))  # [..., r]
-        # A row that has seen only masked keys so far keeps m = -inf; subtract 0 there, not -inf (no NaN).
+        """Fold in one tile: ``scores`` [..., bq, bk] (float32, -inf where masked), ``v`` [..., bk, d_v]."""
+        m_new = torch.maximum(self.m, scores.amax(dim=-1))  # [..., bq]
+        # a row that has seen only masked keys so far keeps m = -inf: subtract 0 there, not -inf (no NaN)
         shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
-        p = torch.exp(scores - shift[..., None])  # [..., r, c]
-        correction = torch.exp(self.m - shift)  # rescale what was summed with the old maximum
+        p = torch.exp(scores - shift[..., None])  # [..., bq, bk]
+        correction = torch.exp(self.m - shift)  # rescales what was summed under the old maximum
         self.l = self.l * correction + p.sum(dim=-1)
         self.acc = self.acc * correction[..., None] + p @ v.float()
         self.m = m_new
 
     def result(self, dtype: torch.dtype) -> torch.Tensor:
-        return (self.acc / self.l[..., None]).to(dtype)  # [..., r, d_v]
-
-
-def attend_tiles(states: list[OnlineSoftmax], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 q_pos: torch.Tensor, k_pos: torch.Tensor, block: int, causal: bool = True) -> TileCounts:
-    """Fold keys ``k``/``v`` [..., S_k, d] into the running softmax of queries ``q`` [..., S_q, d].
-
-    ``q`` is already scaled by 1/sqrt(d). ``states[i]`` holds query tile i
-    (rows i*block ...). ``q_pos`` [S_q] and ``k_pos`` [S_k] are the positions in
-    the whole sequence, increasing within a shard: a key may be read by a
-    query when its position is not larger. Returns what was computed and skipped.
-    """
-    counts = TileCounts()
-    S_q, S_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    for i, q_start in enumerate(range(0, S_q, block)):
-        q_end = min(q_start + block, S_q)
-        for k_start in range(0, S_k, block):
-            k_end = min(k_start + block, S_k)
-            kind = "full"
-            if causal:
-                kind = tile_kind(int(q_pos[q_start]), int(q_pos[q_end - 1]) + 1,
-                                 int(k_pos[k_start]), int(k_pos[k_end - 1]) + 1)
-            if kind == "skipped":
-                counts.skipped += 1
-                continue
-            scores = (q[..., q_start:q_end, :] @ k[..., k_start:k_end, :].transpose(-2, -1)).float()  # [..., bq, bk]
-            counts.score_flops += 2 * (q_end - q_start) * (k_end - k_start) * d * _batch_size(q)
-            if kind == "diagonal":
-                future = k_pos[None, k_start:k_end] > q_pos[q_start:q_end, None]  # [bq, bk]
-                scores = scores.masked_fill(future, float("-inf"))
-                counts.diagonal += 1
-            else:
-                counts.full += 1
-            states[i].add(scores, v[..., k_start:k_end, :])
-    return counts
+        return (self.acc / self.l[..., None]).to(dtype)  # [..., bq, d_v]
 
 
 def start_states(q: torch.Tensor, d_v: int, block: int) -> list[OnlineSoftmax]:
@@ -126,19 +160,36 @@ def finish_states(states: list[OnlineSoftmax], dtype: torch.dtype) -> torch.Tens
     return torch.cat([state.result(dtype) for state in states], dim=-2)  # [..., S_q, d_v]
 
 
-def blocked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64,
-                      causal: bool = True) -> tuple[torch.Tensor, TileCounts]:
-    """Attention over tiles with an online softmax: [..., T, d] -> [..., T, d_v].
+def attend_tiles(states: list[OnlineSoftmax], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 q_pos: torch.Tensor, k_pos: torch.Tensor, block: int, causal: bool = True) -> TileCounts:
+    """Fold keys ``k`` / values ``v`` [..., S_k, d] into the running softmax of the queries ``q``
+    [..., S_q, d], tile by tile, as ``blocked_attention`` does.
 
-    With ``causal=False`` every tile is computed (full attention), which is the
-    fair baseline for counting and timing the skipped tiles.
+    ``states[i]`` holds query tile i (rows i*block ...). ``q_pos`` [S_q] and ``k_pos`` [S_k]
+    are the positions in the whole sequence, increasing within each: a key may be read by a
+    query whose position is not smaller. Returns what was computed and what was skipped.
     """
-    T, d = q.shape[-2], q.shape[-1]
-    positions = torch.arange(T, device=q.device)
-    states = start_states(q, v.shape[-1], block)
-    counts = attend_tiles(states, q * (1.0 / math.sqrt(d)), k, v, positions, positions, block, causal)
-    return finish_states(states, q.dtype), counts
-
-
-def _batch_size(x: torch.Tensor) -> int:
-    return math.prod(x.shape[:-2])
+    counts = TileCounts()
+    S_q, S_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    for i, q_start in enumerate(range(0, S_q, block)):
+        q_end = min(q_start + block, S_q)
+        q_tile = q[..., q_start:q_end, :] / math.sqrt(d)  # [..., bq, d]
+        for k_start in range(0, S_k, block):
+            k_end = min(k_start + block, S_k)
+            kind = "full"
+            if causal:
+                kind = tile_kind(int(q_pos[q_start]), int(q_pos[q_end - 1]) + 1,
+                                 int(k_pos[k_start]), int(k_pos[k_end - 1]) + 1)
+            if kind == "skipped":
+                counts.skipped += 1
+                continue  # the keys and values of this tile are never read
+            scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).float()  # [..., bq, bk]
+            counts.score_flops += 2 * (q_end - q_start) * (k_end - k_start) * d * math.prod(q.shape[:-2])
+            if kind == "diagonal":
+                future = k_pos[None, k_start:k_end] > q_pos[q_start:q_end, None]  # [bq, bk]
+                scores = scores.masked_fill(future, float("-inf"))
+                counts.diagonal += 1
+            else:
+                counts.full += 1
+            states[i].add(scores, v[..., k_start:k_end, :])
+    return counts

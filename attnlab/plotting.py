@@ -25,7 +25,10 @@ from matplotlib.patches import Polygon, Rectangle
 from PIL import Image
 
 from . import inputs
+from .fonts import register_fonts
 from .i18n import tr
+
+register_fonts()  # Chinese labels fall back to the bundled CJK subset, also without attnlab.setup()
 
 BLOCKED_GREY = "#d4d4d4"
 NAN_COLOUR = "#3b3b3b"

@@ -45,7 +45,6 @@ Point-to-point peers are ranks of the default process group.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import queue as queue_module
 import socket
@@ -59,8 +58,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .blocked import TileCounts, attend_tiles, finish_states, start_states, tile_kind
 from . import inputs
+from .blocked import TileCounts, attend_tiles, finish_states, start_states, tile_kind
 from .i18n import get_language, set_language, tr
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
@@ -149,7 +148,6 @@ def ring_attention(q, k, v, layout="contiguous", causal=True, block=64, group=No
     rank, P = dist.get_rank(group), dist.get_world_size(group)
     positions = shard_positions(P * q.shape[-2], P, layout).to(q.device)  # [P, S]
     states = start_states(q, v.shape[-1], block)  # chapter 3: one online softmax per query tile
-    q = q * (1.0 / math.sqrt(q.shape[-1]))
     stats = RingStats(rank)
     for step in range(P):
         start = clock(q.device)
@@ -183,7 +181,6 @@ def allgather_attention(q, k, v, layout="contiguous", causal=True, block=64, gro
     dist.all_gather(v_all, v, group=group)
     gathered = clock(q.device)
     states = start_states(q, v.shape[-1], block)
-    q = q * (1.0 / math.sqrt(q.shape[-1]))
     counts = TileCounts()
     for source in range(P):
         counts += attend_tiles(states, q, k_all[source], v_all[source], positions[rank], positions[source],
