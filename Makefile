@@ -35,7 +35,7 @@ browser:                       ## Debian's chromium for the browser tests (Playw
 
 test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		tests chapters/en chapters/de chapters/zh
+		tests chapters/en chapters/de chapters/zh solutions/en solutions/de solutions/zh
 
 notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
 	$(BIN)/python -m tools.notebooks build

@@ -127,6 +127,22 @@ def test_launch_buttons_point_at_the_notebook_files(html_root, lang):
     assert f"https://colab.research.google.com/github/{REPO}/blob/main/{nb}" in text
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_exercise_and_solution_pages_have_switcher_launch_buttons_and_light_weight(html_root, lang):
+    for section in ("exercises", "solutions"):
+        paths = sorted((html_root / lang / section / lang).glob("*.html"))
+        assert len(paths) >= 3, section
+        for path in paths:
+            text = path.read_text("utf-8")
+            switcher = Page(text).switcher
+            assert [code for code, _ in switcher] == [other for other in LANGS if other != lang], path
+            assert all((path.parent / href).resolve().exists() for _, href in switcher), path
+            nb = f"{section}/{lang}/{path.stem}.ipynb"
+            assert f"https://colab.research.google.com/github/{REPO}/blob/main/{nb}" in text
+            assert f"https://mybinder.org/v2/gh/{REPO}/main?urlpath=lab/tree/{nb}" in text
+            assert own_weight(path) < 1_000_000
+
+
 def search_terms(html_root, lang):
     text = (html_root / lang / "searchindex.js").read_text("utf-8")
     return json.loads(text[text.index("(") + 1: text.rindex(")")])["terms"]

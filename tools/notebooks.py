@@ -38,6 +38,13 @@ Commands (run from the repository root)::
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
     python -m tools.notebooks render              # render only, no execution
     python -m tools.notebooks check               # stale / missing language / code drift
+
+Exercises (``exercises/src/NN-slug.md``, same format) mark the learner's part
+of a code cell with ``# BEGIN SOLUTION`` / ``# END SOLUTION`` lines. Each
+gives ``exercises/<lang>/NN-slug.ipynb`` (the stub: each marked region
+replaced by a localized TODO comment and ``raise NotImplementedError(...)``,
+not executed, no outputs) and ``solutions/<lang>/NN-slug.ipynb`` (markers
+dropped, executed, outputs stored). See docs/exercises.md.
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LANGUAGES = ("en", "de", "zh")
-SOURCE_DIRS = ("chapters",)
+SOURCE_DIRS = ("chapters", "exercises")
+GENERATED_DIRS = ("solutions",)  # output only: made from exercises/src/
 LANG_OPEN = re.compile(r"^::::\{lang\}\s+(\w+)\s*$")
 LANG_CLOSE = "::::"
 CODE_OPEN = re.compile(r"^```\{code-cell\}(\s+\w+)?\s*$")
@@ -188,6 +196,8 @@ def localize_code(code: str, lang: str) -> str:
     while i < len(lines):
         line = lines[i]
         first = LINE_COMMENT.match(line)
+        if first and INLINE_COMMENT.search(line):
+            first = None  # a whole-line comment in the one-line form: handled below
         if first and first.group("lang") == "en":
             group = [LINE_COMMENT.match(x) for x in lines[i:i + 3]]
             if (len(group) < 3 or not all(group) or [m.group("lang") for m in group] != list(LANGUAGES)
@@ -263,6 +273,8 @@ def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
 
 def render(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     """Write the three unexecuted files of ``source`` under ``root``."""
+    if is_exercise(source):
+        return render_exercise_files(source, root)
     written = []
     for lang in LANGUAGES:
         out = source.output_path(lang, root)
@@ -341,6 +353,9 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
         return [str(error)]
     expected: set[pathlib.Path] = set()
     for source in sources:
+        if is_exercise(source):
+            problems += check_exercise(source, root, expected)
+            continue
         code_by_lang = {}
         for lang in LANGUAGES:
             out = source.output_path(lang, root)
@@ -363,11 +378,151 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
                 problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
         if len(code_by_lang) == len(LANGUAGES) and len({json.dumps(v) for v in code_by_lang.values()}) > 1:
             problems.append(f"{source.rel}: code differs between the en/de/zh notebooks")
-    for section in SOURCE_DIRS:
+    for section in (*SOURCE_DIRS, *GENERATED_DIRS):
         for lang in LANGUAGES:
             for path in sorted((root / section / lang).glob("*")):
                 if path.suffix in (".ipynb", ".md") and path not in expected:
-                    problems.append(f"{path.relative_to(root)}: no source in {section}/src/ makes it")
+                    problems.append(f"{path.relative_to(root)}: no source in "
+                                    f"{'exercises' if section in GENERATED_DIRS else section}/src/ makes it")
+    return problems
+
+
+# --------------------------------------------------------------------------
+# Exercises: one source -> stub notebooks (exercises/<lang>/) and solutions (solutions/<lang>/)
+
+SOLUTION_BEGIN = "# BEGIN SOLUTION"
+SOLUTION_END = "# END SOLUTION"
+
+
+def is_exercise(source: Source) -> bool:
+    return source.path.parent.parent.name == "exercises"
+
+
+def is_stub(path: pathlib.Path) -> bool:
+    """An exercise notebook (exercises/<lang>/x.ipynb): rendered, never executed."""
+    return path.parent.parent.name == "exercises" and path.parent.name in LANGUAGES
+
+
+def solution_path(source: Source, lang: str, root: pathlib.Path = ROOT) -> pathlib.Path:
+    return root / GENERATED_DIRS[0] / lang / f"{source.slug}.ipynb"
+
+
+def stub_lines(indent: str, lang: str) -> list[str]:
+    """What replaces a solution region in the learner's notebook (texts from attnlab/messages.toml)."""
+    from attnlab.i18n import tr
+
+    return [f"{indent}# {tr('grader.stub.todo', lang=lang)}",
+            f"{indent}raise NotImplementedError({json.dumps(tr('grader.stub.raise', lang=lang), ensure_ascii=False)})"]
+
+
+def solution_regions(code: str) -> list[tuple[int, int]]:
+    """(begin, end) line numbers of every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` pair."""
+    regions, begin = [], None
+    for n, line in enumerate(code.split("\n")):
+        marker = line.strip()
+        if marker == SOLUTION_BEGIN:
+            if begin is not None:
+                raise SourceError(f"code line {n + 1}: {SOLUTION_BEGIN} inside another solution region")
+            begin = n
+        elif marker == SOLUTION_END:
+            if begin is None:
+                raise SourceError(f"code line {n + 1}: {SOLUTION_END} without {SOLUTION_BEGIN}")
+            if n == begin + 1:
+                raise SourceError(f"code line {n + 1}: empty solution region")
+            regions.append((begin, n))
+            begin = None
+    if begin is not None:
+        raise SourceError(f"code line {begin + 1}: {SOLUTION_BEGIN} without {SOLUTION_END}")
+    return regions
+
+
+def exercise_code(code: str, lang: str, solution: bool) -> str:
+    """The solution (markers dropped) or the stub (each region -> TODO + raise) of a code cell."""
+    lines = code.split("\n")
+    out: list[str] = []
+    last = 0
+    for begin, end in solution_regions(code):
+        out += lines[last:begin]
+        if solution:
+            out += lines[begin + 1:end]
+        else:
+            out += stub_lines(lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())], lang)
+        last = end + 1
+    return "\n".join(out + lines[last:])
+
+
+def render_exercise(source: Source, lang: str, solution: bool) -> nbformat.NotebookNode:
+    """The exercise notebook (the stub) or its solution, unexecuted."""
+    nb = render_notebook(source, lang)
+    nb.metadata["attnlab"]["notebook"] = "solution" if solution else "exercise"
+    first = nb.cells[0]
+    if solution and first.cell_type == "markdown" and first.source.startswith("# "):
+        from attnlab.i18n import tr
+
+        title, newline, rest = first.source[2:].partition("\n")
+        first.source = f"# {tr('grader.solution_title', lang=lang, title=title)}{newline}{rest}"
+    regions = 0
+    for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id != "setup"],
+                               [c for c in source.cells if c.kind == "code"]):
+        try:
+            regions += len(solution_regions(cell.source))
+            cell.source = exercise_code(cell.source, lang, solution)
+        except SourceError as error:
+            raise SourceError(f"{source.rel}:{code_cell.line}: {error}") from None
+    if not regions:
+        raise SourceError(f"{source.rel}: an exercise needs at least one {SOLUTION_BEGIN} ... {SOLUTION_END} region")
+    return nb
+
+
+def render_exercise_files(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Write the stub and the solution of ``source`` in every language (unexecuted)."""
+    written = []
+    for lang in LANGUAGES:
+        for path, solution in ((source.output_path(lang, root), False), (solution_path(source, lang, root), True)):
+            write_notebook(render_exercise(source, lang, solution), path)
+            written.append(path)
+    return written
+
+
+def _stub_code(nb: nbformat.NotebookNode, lang: str) -> list[str]:
+    """Code of a stub without comments, its localized raise message made neutral."""
+    raise_line = stub_lines("", lang)[1]
+    return [strip_comments(c.source.replace(raise_line, "raise NotImplementedError()"))
+            for c in nb.cells if c.cell_type == "code" and c.id != "setup"]
+
+
+def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Path]) -> list[str]:
+    """Stale, missing, executed stubs, unexecuted solutions, code drift of one exercise source."""
+    problems: list[str] = []
+    stub_code: dict[str, list[str]] = {}
+    solution_code: dict[str, list[str]] = {}
+    for lang in LANGUAGES:
+        for out, solution in ((source.output_path(lang, root), False), (solution_path(source, lang, root), True)):
+            expected.add(out)
+            rel = out.relative_to(root)
+            if not out.exists():
+                problems.append(f"{rel}: missing, run `make notebooks`")
+                continue
+            committed = nbformat.read(out, as_version=4)
+            try:
+                rendered = render_exercise(source, lang, solution)
+            except SourceError as error:
+                return [str(error)]
+            if strip_outputs(committed) != rendered:
+                problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
+            code_cells = [c for c in committed.cells if c.cell_type == "code"]
+            if solution:
+                solution_code[lang] = [strip_comments(c.source) for c in code_cells if c.id != "setup"]
+                unexecuted = [c.id for c in code_cells if c.execution_count is None]
+                if unexecuted:
+                    problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
+            else:
+                stub_code[lang] = _stub_code(committed, lang)
+                if any(c.outputs or c.execution_count is not None for c in code_cells) or "widgets" in committed.metadata:
+                    problems.append(f"{rel}: an exercise notebook must have no outputs, run `make notebooks`")
+    for kind, code_by_lang in (("exercise", stub_code), ("solution", solution_code)):
+        if len(code_by_lang) == len(LANGUAGES) and len({json.dumps(v) for v in code_by_lang.values()}) > 1:
+            problems.append(f"{source.rel}: {kind} code differs between the en/de/zh notebooks")
     return problems
 
 
@@ -382,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     for source in find_sources(args.sources):
         for path in render(source):
-            if args.command == "build" and path.suffix == ".ipynb":
+            if args.command == "build" and path.suffix == ".ipynb" and not is_stub(path):
                 print(f"executing {path.relative_to(ROOT)}", flush=True)
                 execute(path)
             else:

@@ -3,9 +3,10 @@
     python -m tools.site build    # assets + three Jupyter Book builds + root page
     python -m tools.site serve    # serve _build/html on http://127.0.0.1:8000/
 
-Each build uses _config.yml and _toc.yml with three overrides: the Sphinx
-``language`` (theme words, search stemmer; zh_CN uses jieba), the title, and
-the toc paths (chapters/en/ -> chapters/<lang>/). Third-party JavaScript
+Each build uses _config.yml and _toc.yml with four overrides: the Sphinx
+``language`` (theme words, search stemmer; zh_CN uses jieba), the title, the
+toc paths (chapters/en/ -> chapters/<lang>/, the same for exercises/ and
+solutions/) and the toc's part captions (PART_CAPTIONS). Third-party JavaScript
 (MathJax 3, RequireJS, the ipywidgets HTML manager) is installed by npm from
 web/package-lock.json and copied into the site, so no page fetches anything
 from the internet. Builds run with warnings as errors.
@@ -32,6 +33,10 @@ SPHINX_LANGUAGE = {"en": "en", "de": "de", "zh": "zh_CN"}
 TITLES = {"en": "Causal Attention, Step by Step",
           "de": "Kausale Attention, Schritt für Schritt",
           "zh": "一步步读懂因果注意力"}
+TOC_SECTIONS = ("chapters", "exercises", "solutions")  # folders with one subfolder per language
+PART_CAPTIONS = {"Chapters": {"en": "Chapters", "de": "Kapitel", "zh": "章节"},
+                 "Exercises": {"en": "Exercises", "de": "Übungen", "zh": "练习"},
+                 "Solutions": {"en": "Solutions", "de": "Lösungen", "zh": "参考答案"}}
 
 
 def npm_install() -> None:
@@ -81,13 +86,23 @@ def language_files(lang: str) -> tuple[pathlib.Path, pathlib.Path]:
     sphinx_config = config["sphinx"]["config"]
     sphinx_config["html_extra_path"] = [str(ROOT / p) for p in sphinx_config["html_extra_path"]]
     sphinx_config["html_favicon"] = str(ROOT / sphinx_config["html_favicon"])
-    toc_text = (ROOT / "_toc.yml").read_text("utf-8").replace("chapters/en/", f"chapters/{lang}/")
+    toc_text = localized_toc((ROOT / "_toc.yml").read_text("utf-8"), lang)
     folder = BUILD / "config"
     folder.mkdir(parents=True, exist_ok=True)
     config_path, toc_path = folder / f"_config.{lang}.yml", folder / f"_toc.{lang}.yml"
     config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), "utf-8")
     toc_path.write_text(toc_text, "utf-8")
     return config_path, toc_path
+
+
+def localized_toc(toc_text: str, lang: str) -> str:
+    """_toc.yml for ``lang``: paths under <section>/en/ -> <section>/<lang>/, part captions translated."""
+    for section in TOC_SECTIONS:
+        toc_text = toc_text.replace(f"{section}/en/", f"{section}/{lang}/")
+    toc = yaml.safe_load(toc_text)
+    for part in toc.get("parts", []):
+        part["caption"] = PART_CAPTIONS[part["caption"]][lang]
+    return yaml.safe_dump(toc, allow_unicode=True, sort_keys=False)
 
 
 def build_language(lang: str) -> None:
