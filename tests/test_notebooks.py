@@ -61,11 +61,11 @@ def test_a_valid_source_gives_one_markdown_cell_per_language_and_shared_code(tmp
     source = notebooks.parse_source(path)
     de = notebooks.render_notebook(source, "de")
     zh = notebooks.render_notebook(source, "zh")
-    assert [c.id for c in de.cells] == ["md-001", "setup", "code-002"]
+    assert [c.id for c in de.cells] == ["md-001", "colab", "setup", "code-002"]
     assert de.cells[0].source == "Hallo" and zh.cells[0].source == "你好"
-    assert de.cells[2].source == zh.cells[2].source == "x = 1"
-    assert de.cells[2].metadata["tags"] == ["hide-input"]
-    assert 'attnlab.setup("de")' in de.cells[1].source
+    assert de.cells[3].source == zh.cells[3].source == "x = 1"
+    assert de.cells[3].metadata["tags"] == ["hide-input"]
+    assert 'attnlab.setup("de")' in de.cells[2].source
 
 
 def copy_of_repository(tmp_path):

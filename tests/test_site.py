@@ -4,6 +4,7 @@ Builds the site from scratch (tools/site.py, warnings as errors) once per run.
 """
 
 import json
+import os
 import pathlib
 import re
 from html.parser import HTMLParser
@@ -145,9 +146,10 @@ def test_chinese_search_index_holds_segmented_words(html_root):
 
 
 # --------------------------------------------------------------------------
-# In a real browser: Debian's chromium driven by Playwright (make test installs it).
+# In a real browser: Debian's chromium driven by Playwright (make test installs it),
+# or the browser that ATTNLAB_CHROMIUM names (GitHub's runners: their Chrome).
 
-CHROMIUM = pathlib.Path("/usr/bin/chromium")
+CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = site.BUILD / "screenshots"
 
 
@@ -172,7 +174,7 @@ def server(html_root):
 def browser():
     from playwright.sync_api import sync_playwright
 
-    assert CHROMIUM.exists(), "make test installs Debian's chromium; run it through make"
+    assert CHROMIUM.exists(), f"no browser at {CHROMIUM}: make test installs Debian's chromium, or set ATTNLAB_CHROMIUM"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM),
