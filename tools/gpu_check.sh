@@ -46,7 +46,11 @@ gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, GPU: {gpu}", flush=True)
 PY
 
-notebooks=$(for d in chapters/*/ solutions/*/; do ls "$d"*.ipynb >/dev/null 2>&1 && echo "${d%/}"; done)
+notebooks=""
+for d in chapters/*/ solutions/*/; do
+  if compgen -G "$d*.ipynb" >/dev/null; then notebooks="$notebooks ${d%/}"; fi
+done
+echo "notebooks:$notebooks"
 start=$(date +%s)
 status=0
 "$PYTHON" -m pytest -p no:cacheprovider -q -rs -n "${JOBS:-4}" --dist loadfile \
