@@ -13,7 +13,7 @@ LAB_LANG ?= en
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book site serve test venv notebooks font browser lab clean
+.PHONY: book site serve test venv notebooks font browser lab bench clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ lab: $(STAMP)                  ## JupyterLab (pinned in the lock) on 127.0.0.1 w
 
 notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
 	$(BIN)/python -m tools.notebooks build
+
+bench: $(STAMP)                ## measure every performance claim (benchmarks/results/, attnlab/data/benchmarks.json)
+	$(BIN)/python -m benchmarks.run --publish $(BENCH_ARGS)
 
 font: $(STAMP)                 ## rebuild the CJK font subset (needs Debian's fonts-noto-cjk)
 	$(BIN)/python tools/make_font.py

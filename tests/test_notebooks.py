@@ -145,9 +145,11 @@ def test_comments_are_localized_and_code_stays_identical(tmp_path):
             "    # en: a whole line\n"
             "    # de: eine ganze Zeile\n"
             "    # zh: 整行\n"
-            "    y = '# en: not a comment'  # plain comment stays\n")
+            "    y = '# en: not a comment'  # plain comment stays\n"
+            "    # en: one line | de: eine Zeile | zh: 一行\n")
     assert notebooks.localize_code(code, "de") == (
-        "x = 1  # eins\nif x:\n    # eine ganze Zeile\n    y = '# en: not a comment'  # plain comment stays\n")
+        "x = 1  # eins\nif x:\n    # eine ganze Zeile\n    y = '# en: not a comment'  # plain comment stays\n"
+        "    # eine Zeile\n")
     assert notebooks.localize_code(code, "zh").splitlines()[0] == "x = 1  # 一"
     stripped = {notebooks.strip_comments(notebooks.localize_code(code, lang)) for lang in notebooks.LANGUAGES}
     assert len(stripped) == 1

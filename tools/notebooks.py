@@ -212,6 +212,8 @@ def localize_code(code: str, lang: str) -> str:
     while i < len(lines):
         line = lines[i]
         first = LINE_COMMENT.match(line)
+        if first and INLINE_COMMENT.search(line):
+            first = None  # a whole-line comment in the one-line form: handled below
         if first and first.group("lang") == "en":
             group = [LINE_COMMENT.match(x) for x in lines[i:i + 3]]
             if (len(group) < 3 or not all(group) or [m.group("lang") for m in group] != list(LANGUAGES)

@@ -1,0 +1,60 @@
+"""A character-level tokenizer for German, Chinese and English (no download).
+
+Each character is one token: a Latin letter, an umlaut and a Chinese
+character alike. The vocabulary is every character of the course's training
+text (``attnlab/data/corpus.{en,de,zh}.txt``) plus one id for characters it
+has never seen (``UNKNOWN``, id 0), so any string can be encoded, and one
+id for the ``MASK`` token of masked language modelling (chapter 7, id 1).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+LANGUAGES = ("en", "de", "zh")
+UNKNOWN = "\ufffd"  # the replacement character, id 0
+MASK = "\u2588"  # a full block, id 1: BERT's [MASK] (chapter 7)
+SPECIALS = (UNKNOWN, MASK)
+
+
+class CharTokenizer:
+    """``encode("text") -> [ids]``, ``decode([ids]) -> "text"``."""
+
+    def __init__(self, characters: str):
+        self.chars = list(SPECIALS) + sorted(set(characters) - set(SPECIALS))
+        self.ids = {c: i for i, c in enumerate(self.chars)}
+
+    @property
+    def mask_id(self) -> int:
+        return self.ids[MASK]
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, not {type(text).__name__}")
+        return [self.ids.get(c, 0) for c in text]
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"token ids must lie in 0..{self.vocab_size - 1}; got {bad[:5]}")
+        return "".join(self.chars[i] for i in ids)
+
+
+@lru_cache(maxsize=None)
+def corpus(lang: str) -> str:
+    """The course's own prose in ``lang`` (chapters 1 to 3), the small GPT's training text."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {LANGUAGES}, not {lang!r}")
+    return resources.files("attnlab").joinpath("data", f"corpus.{lang}.txt").read_text("utf-8")
+
+
+@lru_cache(maxsize=1)
+def course_tokenizer() -> CharTokenizer:
+    """One tokenizer for all three languages: every character of the three corpora."""
+    return CharTokenizer("".join(corpus(lang) for lang in LANGUAGES))

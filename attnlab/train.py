@@ -1,0 +1,57 @@
+"""Training the small GPT: random windows of a token stream, next-token targets, AdamW.
+
+Deterministic: the windows come from a seeded ``torch.Generator`` and the
+weights from ``torch.manual_seed``, so the same call gives the same losses on
+the same machine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .gpt import GPT
+
+
+def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
+                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of ``block_size + 1`` tokens from ``data`` [N].
+
+    Returns inputs x = tokens 0..T-1 and targets y = tokens 1..T of each
+    window, both [B, T]: y is x shifted left by one (teacher forcing).
+    """
+    if data.dim() != 1 or data.numel() <= block_size:
+        raise ValueError(f"data must be a 1-D token tensor longer than block_size={block_size}")
+    starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=generator)
+    windows = torch.stack([data[s:s + block_size + 1] for s in starts.tolist()])  # [B, T+1]
+    return windows[:, :-1], windows[:, 1:]
+
+
+def train(model: GPT, data: torch.Tensor, steps: int, batch_size: int = 16, block_size: int | None = None,
+          lr: float = 3e-3, seed: int = 0) -> list[float]:
+    """Train ``model`` in place on ``data`` [N] for ``steps`` steps; returns the loss of every step."""
+    block_size = block_size or model.config.block_size
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        x, y = next_token_batch(data, block_size, batch_size, generator)
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def evaluate(model: GPT, data: torch.Tensor, block_size: int | None = None, batches: int = 8,
+             batch_size: int = 16, seed: int = 1) -> float:
+    """Mean next-token loss on ``batches`` random windows (model in eval mode)."""
+    block_size = block_size or model.config.block_size
+    generator = torch.Generator().manual_seed(seed)
+    model.eval()
+    losses = [model(*next_token_batch(data, block_size, batch_size, generator))[1].item() for _ in range(batches)]
+    return sum(losses) / len(losses)

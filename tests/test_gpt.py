@@ -1,0 +1,115 @@
+"""The course's small GPT, its KV cache, tokenizer and training loop."""
+
+import pytest
+import torch
+
+from attnlab.gpt import GPT, GPTConfig, KVCache
+from attnlab.tokenizer import MASK, UNKNOWN, corpus, course_tokenizer
+from attnlab.train import evaluate, next_token_batch, train
+
+
+def small(**overrides) -> GPT:
+    torch.manual_seed(0)
+    config = dict(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32)
+    config.update(overrides)
+    return GPT(GPTConfig(**config)).eval()
+
+
+def test_shapes_loss_and_parameter_count():
+    model = small()
+    idx = torch.randint(0, 50, (2, 10))
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 10, 50) and loss.ndim == 0
+    D, V, T, L = 32, 50, 32, 2
+    per_block = 4 * D * D + 8 * D * D + 2 * D  # LayerNorm(bias=False): D weights each
+    assert model.num_parameters() == V * D + T * D + L * per_block + D
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_explicit_attention_equals_sdpa(norm):
+    a, b = small(norm=norm), small(norm=norm, attention="explicit")
+    b.load_state_dict(a.state_dict())
+    idx = torch.randint(0, 50, (2, 12))
+    assert torch.allclose(a(idx)[0], b(idx)[0], atol=1e-5)
+
+
+def test_the_causal_model_passes_the_prefix_test_and_the_unmasked_one_fails():
+    a = torch.randint(0, 50, (1, 12))
+    b = a.clone()
+    b[0, 8:] = (b[0, 8:] + 1) % 50
+    causal, leaky = small(), small(causal=False)
+    assert torch.equal(causal(a)[0][:, :8], causal(b)[0][:, :8])
+    assert not torch.allclose(leaky(a)[0][:, :8], leaky(b)[0][:, :8], atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("prompt_len", [1, 3, 7])
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+def test_cached_generation_equals_recomputation(batch, prompt_len, attention):
+    model = small(attention=attention)
+    prompt = torch.randint(0, 50, (batch, prompt_len))
+    with_cache = model.generate(prompt, 12, use_cache=True)
+    without = model.generate(prompt, 12, use_cache=False)
+    assert torch.equal(with_cache, without)
+    # the logits of every decode step equal those of the full forward pass
+    cache = KVCache(model.config, batch, with_cache.size(1))
+    step_logits = [model(with_cache[:, :prompt_len], cache=cache)[0]]
+    for t in range(prompt_len, with_cache.size(1)):
+        step_logits.append(model(with_cache[:, t:t + 1], cache=cache)[0])
+    full = model(with_cache)[0]
+    assert torch.allclose(torch.cat(step_logits, dim=1), full, atol=1e-5)
+
+
+def test_chunked_prefill_uses_the_lower_right_mask():
+    model = small()
+    idx = torch.randint(0, 50, (2, 15))
+    cache = KVCache(model.config, 2, 15)
+    chunks = [model(idx[:, s:e], cache=cache)[0] for s, e in ((0, 6), (6, 11), (11, 15))]
+    assert torch.allclose(torch.cat(chunks, dim=1), model(idx)[0], atol=1e-5)
+
+
+def test_cache_memory_follows_the_formula():
+    config = GPTConfig(vocab_size=50, block_size=64, n_layer=3, n_head=4, n_embd=32)
+    cache = KVCache(config, batch_size=2, max_len=40)
+    assert cache.nbytes == 2 * 3 * 2 * 4 * 40 * 8 * 4  # 2 (K and V) x L x B x H x T x d x 4 bytes
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        GPTConfig(vocab_size=10, n_embd=30, n_head=4)
+    model = small()
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros(1, 40, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        model(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="causal"):
+        small(causal=False).generate(torch.zeros(1, 2, dtype=torch.long), 3)
+    cache = KVCache(model.config, 1, 4)
+    with pytest.raises(ValueError, match="holds 4"):
+        model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+
+
+def test_tokenizer_covers_three_languages_and_round_trips():
+    tok = course_tokenizer()
+    for lang in ("en", "de", "zh"):
+        text = corpus(lang)[:500]
+        assert tok.decode(tok.encode(text)) == text
+        assert 0 not in tok.encode(corpus(lang))
+    assert tok.decode(tok.encode("Größe 注意力 ∮")) == "Größe 注意力 " + UNKNOWN
+    assert tok.encode(MASK) == [tok.mask_id] == [1]
+    with pytest.raises(ValueError, match="0.."):
+        tok.decode([tok.vocab_size])
+
+
+def test_batches_are_shifted_by_one_and_training_is_deterministic():
+    data = torch.arange(100)
+    x, y = next_token_batch(data, 8, 4, torch.Generator().manual_seed(0))
+    assert torch.equal(y, x + 1)
+    tok = course_tokenizer()
+    tokens = torch.tensor(tok.encode(corpus("en")[:3000]))
+    runs = []
+    for _ in range(2):
+        model = small(vocab_size=tok.vocab_size)
+        runs.append(train(model, tokens, steps=5, batch_size=4, block_size=16))
+    assert runs[0] == runs[1] and runs[0][-1] < runs[0][0]
+    assert evaluate(model, tokens, block_size=16, batches=2) > 0
