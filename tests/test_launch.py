@@ -19,8 +19,9 @@ from tools import notebooks
 
 ROOT = notebooks.ROOT
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text("utf-8"))
-NOTEBOOKS = sorted(p for s in notebooks.find_sources() if s.meta.get("kind") != "page"
-                   for p in (s.output_path(lang) for lang in notebooks.LANGUAGES))
+NOTEBOOKS = sorted({p for s in notebooks.find_sources() if s.meta.get("kind") != "page"
+                    for p in (s.output_path(lang) for lang in notebooks.LANGUAGES)}
+                   | {p for lang in notebooks.LANGUAGES for p in (ROOT / "solutions" / lang).glob("*.ipynb")})
 
 
 class FakeColab:
@@ -95,7 +96,7 @@ def test_elsewhere_the_cell_does_nothing(monkeypatch):
     assert pip.calls == [] and "output" not in namespace
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
 def test_every_notebook_starts_with_the_colab_cell_hidden_on_the_site(path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
