@@ -107,7 +107,7 @@ class KVCache:
 
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store [B, H_kv, T_new, d] keys and values at ``pos``; return all of them, [B, H_kv, pos+T_new, d]."""
+        """Store [B, H, T_new, d] keys and values at ``pos``; return all of them, [B, H, pos+T_new, d]."""
         end = self.pos + k_new.size(-2)
         if end > self.max_len:
             raise ValueError(f"the cache holds {self.max_len} positions; {end} were asked for")

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .blocked import tile_map
+from . import inputs
 from .i18n import tr
 from .mask_builder import and_masks, batch_mask, document_mod, keep_from_lengths, mask_mod, or_masks, padding_mod
 from .plotting import TILE_COLOURS, draw_matrix, figure_png, frozen_layout
@@ -117,8 +118,8 @@ def batch_mask_figure(allowed: torch.Tensor, row_tokens: Sequence[Sequence[str]]
         axes = [fig.add_axes(rect) for rect in axes_rects]
     for b, ax in enumerate(axes):
         reads_pad = None if keep is None else allowed[b, 0] & ~keep[b][None, :]
-        draw_matrix(ax, allowed[b, 0], row_tokens[b], kind="allowed", leaked=reads_pad, values=values)
-        ax.set_title(titles[b], fontsize=8.5, loc="left", y=-0.04, va="top")
+        draw_matrix(ax, allowed[b, 0], row_tokens[b], kind="allowed", leaked=reads_pad, values=values,
+                    title=titles[b])
     return fig
 
 
@@ -196,8 +197,12 @@ def mask_combination_explorer(lengths: Sequence[int] = (8, 6, 3),
                               window: int = 3, prefix: int = 3) -> MaskCombinationExplorer:
     """The chapter-8 explorer for a batch of rows of ``lengths`` tokens; ``documents`` gives
     the document id (0, 1, ...) of every real token of each row."""
+    lengths = [inputs.whole_number("lengths", n, 1, 12) for n in lengths]
     if len(lengths) != len(documents) or any(n != len(doc) for n, doc in zip(lengths, documents)):
-        raise ValueError(tr("ch8.err_explorer", lengths=list(lengths)))
+        raise ValueError(tr("ch8.err_explorer", lengths=lengths))
+    documents = [[inputs.whole_number("documents", d, 0, 7) for d in doc] for doc in documents]
+    window = inputs.whole_number("window", window, 1, max(lengths))
+    prefix = inputs.whole_number("prefix", prefix, 0, max(lengths))
     return MaskCombinationExplorer(lengths, documents, window, prefix)
 
 

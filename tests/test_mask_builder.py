@@ -134,3 +134,16 @@ def test_batched_rules_answer_bad_input_clearly():
         batch_mask(mask_mod("causal"), 1, 5, 3)
     with pytest.raises(ValueError, match="at least one"):
         and_masks()
+
+
+def test_batched_rule_errors_speak_the_readers_language():
+    import attnlab
+
+    try:
+        attnlab.set_language("de")
+        with pytest.raises(ValueError, match="muss 'right' oder 'left' sein"):
+            keep_from_lengths([2], 4, "middle")
+        with pytest.raises(ValueError, match="ganzzahliger"):
+            document_mod(torch.zeros(1, 4))
+    finally:
+        attnlab.set_language("en")
