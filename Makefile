@@ -11,7 +11,7 @@ PORT   ?= 8000
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book site serve test venv notebooks font browser clean
+.PHONY: book site serve test venv notebooks font browser bench clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,17 +30,23 @@ serve: $(STAMP)                ## serve the built site on 127.0.0.1
 
 book: site serve               ## command 1: build, then serve on http://127.0.0.1:$(PORT)/
 
-browser:                       ## Debian's chromium for the browser tests (Playwright drives it)
-	@test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+browser:                       ## Debian's chromium for the browser tests (Playwright drives it), fc-list, a system CJK font
+	@test -x /usr/bin/chromium && command -v fc-list >/dev/null && test -d /usr/share/fonts/opentype/noto || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fontconfig fonts-noto-cjk >/dev/null; }
 
 test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		tests chapters/en chapters/de chapters/zh
+		tests chapters/en chapters/de chapters/zh solutions/en solutions/de solutions/zh
 
 notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
 	$(BIN)/python -m tools.notebooks build
 
-font: $(STAMP)                 ## rebuild the CJK font subset (needs Debian's fonts-noto-cjk)
+bench: $(STAMP)                ## measure every performance claim (benchmarks/results/, attnlab/data/benchmarks.json)
+	$(BIN)/python -m benchmarks.run --publish $(BENCH_ARGS)
+
+font: $(STAMP)                 ## rebuild the CJK font subset from Debian's fonts-noto-cjk (installed when missing)
+	@test -d /usr/share/fonts/opentype/noto || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fonts-noto-cjk >/dev/null; }
 	$(BIN)/python tools/make_font.py
 
 clean:

@@ -27,12 +27,13 @@ def mask_scores(scores: torch.Tensor, allowed: torch.Tensor,
 def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
     """Attention weights: mask (if given), then softmax over the keys (last axis).
 
-    Softmax is computed in float32 even for half-precision scores, as mixed
-    precision training does, and cast back to the input dtype.
+    For float16/bfloat16 scores PyTorch's softmax accumulates in float32
+    inside the kernel and rounds only the weights to the input dtype (chapter 1
+    shows it is bit-identical to a float32 softmax rounded at the end).
     """
     if allowed is not None:
         scores = mask_scores(scores, allowed)
-    return scores.softmax(dim=-1, dtype=torch.float32).to(scores.dtype)
+    return scores.softmax(dim=-1)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -196,6 +196,14 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.head(self.hidden_states(idx, cache))  # [B, T, V]
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        return logits, loss
+
+    def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """tokens [B, T] -> the final normalized hidden states [B, T, D] (what the head reads)."""
         if idx.dim() != 2 or idx.dtype != torch.long:
             raise ValueError(f"idx must be a [B, T] tensor of token ids (torch.long), got "
                              f"{tuple(idx.shape)} {idx.dtype}")
@@ -209,11 +217,7 @@ class GPT(nn.Module):
             x = block(x, cache)
         if cache is not None:
             cache.advance(T)
-        logits = self.head(self.norm_f(x))  # [B, T, V]
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
-        return logits, loss
+        return self.norm_f(x)  # [B, T, D]
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,

@@ -1,11 +1,26 @@
 """Peak memory of the tensors an expression allocates, counted exactly.
 
-``PeakMemory`` is a TorchDispatchMode: it sees every tensor that a PyTorch op
-returns, adds its storage size when it appears and subtracts it when the
-tensor is freed. The peak is deterministic (no allocator noise), which makes
-it a fair way to compare algorithms on the CPU, where PyTorch keeps no
-``max_memory_allocated``. Scratch buffers inside a fused kernel are not
-tensors and are not counted (for flash attention they are one tile).
+``PeakMemory`` is a TorchDispatchMode: it sees every tensor that an ATen
+operator returns while the mode is active. What it counts:
+
+* a returned tensor on a storage it has not seen is a new allocation: its
+  storage size is added, and subtracted when the last tensor on that storage
+  is freed;
+* a returned tensor that shares the storage of one of the operator's inputs
+  (a view such as ``k.transpose(-2, -1)`` or ``q[..., :64, :]``, an in-place
+  result) allocates nothing and is not counted; neither are tensors that
+  existed before the mode (the inputs);
+* memory that one operator allocates for its own work and frees before it
+  returns is invisible: an operator is one call to the mode. SDPA's CPU flash
+  kernel, for example, works in per-thread buffers of one tile of scores
+  (a query block x a key block) plus row statistics; they are not counted,
+  and their size depends on the tile sizes and the number of threads, not on T.
+
+The peak is deterministic (no allocator noise), which makes it a fair way to
+compare algorithms on the CPU, where PyTorch keeps no ``max_memory_allocated``.
+Measure without autograd (inputs that do not require grad, or
+``torch.no_grad()``): tensors saved for backward are held by the graph, not by
+Python, and would be counted as freed too early.
 """
 
 from __future__ import annotations
@@ -18,29 +33,42 @@ from torch.utils._pytree import tree_flatten
 
 
 class PeakMemory(TorchDispatchMode):
-    """``with PeakMemory() as mem: f(...)``; then ``mem.peak`` in bytes."""
+    """``with PeakMemory() as mem: f(...)``; then ``mem.peak`` in bytes (``mem.live``: still held)."""
 
     def __init__(self):
         super().__init__()
         self.live = 0
         self.peak = 0
-        self._storages: dict[int, weakref.finalize] = {}
+        self._owners: dict[int, int] = {}  # storage address -> number of live tensors on it
+        self._nbytes: dict[int, int] = {}
 
-    def _free(self, key: int, nbytes: int) -> None:
-        self.live -= nbytes
-        self._storages.pop(key, None)
+    def _release(self, key: int) -> None:
+        self._owners[key] -= 1
+        if self._owners[key] == 0:
+            self.live -= self._nbytes.pop(key)
+            del self._owners[key]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor)}
         for tensor in tree_flatten(out)[0]:
-            if isinstance(tensor, torch.Tensor):
-                storage = tensor.untyped_storage()
-                key = storage.data_ptr()
-                if key and key not in self._storages:
-                    nbytes = storage.nbytes()
-                    self._storages[key] = weakref.finalize(tensor, self._free, key, nbytes)
-                    self.live += nbytes
-                    self.peak = max(self.peak, self.live)
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            key = storage.data_ptr()
+            if not key:
+                continue  # an empty tensor
+            if key in self._owners:  # one more tensor on a storage we count already
+                self._owners[key] += 1
+            elif key in inputs:  # a view of (or in-place result on) a tensor made before the mode
+                continue
+            else:  # a new allocation
+                self._owners[key], self._nbytes[key] = 1, storage.nbytes()
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+            weakref.finalize(tensor, self._release, key)
         return out
 
 

@@ -1,6 +1,8 @@
 """Multi-head causal self-attention, nanoGPT style: one module, shapes in comments.
 
-D = d_model (the whole width), H = n_heads, d = D // H (the width of one head).
+D = d_model (the model dimension), H = n_heads, d = D // H (the head dimension).
+Chapter 2 shows ``split_heads``, ``merge_heads`` and ``MultiHeadAttention`` in
+the notebook; a test keeps that code and this module equal.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import attention_scores, masked_softmax
+from .i18n import tr
 from .masks import causal_allowed
 
 
@@ -21,24 +24,33 @@ class AttentionConfig:
     n_heads: int = 4  # H; d = D / H = 32
     bias: bool = False
 
+    def __post_init__(self):
+        if self.n_heads < 1 or self.d_model < 1 or self.d_model % self.n_heads != 0:
+            raise ValueError(tr("error.heads_divide", D=self.d_model, H=self.n_heads))
+
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """[B, T, D] -> [B, H, T, d]: view the features as H heads, then move heads before time."""
     B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)  # [B, T, D] -> [B, T, H, d] -> [B, H, T, d]
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """[B, H, T, d] -> [B, T, D]: the inverse of :func:`split_heads`."""
     B, H, T, d = x.shape
-    return x.transpose(1, 2).contiguous().view(B, T, H * d)
+    return x.transpose(1, 2).contiguous().view(B, T, H * d)  # [B, H, T, d] -> [B, T, H, d] -> [B, T, D]
 
 
 def split_heads_without_transpose(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """The classic bug: ``view(B, H, T, d)`` straight from [B, T, D]. The shape is
-    right, but "time step" t of head h now holds features of other tokens."""
+    right, but slot s of head h holds features of token (h * T + s) // H."""
     B, T, D = x.shape
     return x.view(B, n_heads, T, D // n_heads)
+
+
+def merge_heads_without_transpose(x: torch.Tensor) -> torch.Tensor:
+    """The same bug on the way back: ``reshape(B, T, D)`` straight from [B, H, T, d].
+    Row t is glued from the rows t * H ... t * H + H - 1 of the flattened (head, time) grid."""
+    B, H, T, d = x.shape
+    return x.reshape(B, T, H * d)
 
 
 class MultiHeadAttention(nn.Module):
@@ -46,25 +58,27 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, config: AttentionConfig):
         super().__init__()
-        assert config.d_model % config.n_heads == 0, "D must be divisible by H"
-        self.n_heads = config.n_heads
         D = config.d_model
+        self.n_heads = config.n_heads
         self.q_proj = nn.Linear(D, D, bias=config.bias)  # all H query projections in one matrix
         self.k_proj = nn.Linear(D, D, bias=config.bias)
         self.v_proj = nn.Linear(D, D, bias=config.bias)
         self.out_proj = nn.Linear(D, D, bias=config.bias)
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def heads(self, x):
         """Queries, keys and values per head, each [B, H, T, d]."""
-        return tuple(split_heads(proj(x), self.n_heads) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q = split_heads(self.q_proj(x), self.n_heads)
+        k = split_heads(self.k_proj(x), self.n_heads)
+        v = split_heads(self.v_proj(x), self.n_heads)
+        return q, k, v
 
-    def weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Causal attention weights of every head: [B, H, T, T]."""
+    def weights(self, x):
+        """Causal attention weights of every head: [B, H, T, T] (for figures)."""
         q, k, _ = self.heads(x)
         scores = attention_scores(q, k)  # [B, H, T, T]
         return masked_softmax(scores, causal_allowed(x.size(1), device=x.device))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x):
         q, k, v = self.heads(x)  # [B, H, T, d] each
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)  # [B, H, T, d]
         return self.out_proj(merge_heads(out))  # [B, T, D]
@@ -84,17 +98,23 @@ def to_torch_mha(module: MultiHeadAttention) -> nn.MultiheadAttention:
     return mha.eval()
 
 
-def hand_built_heads(T: int, config: AttentionConfig = AttentionConfig(), sharpness: float = 8.0
+def hand_built_heads(T: int, config: AttentionConfig | None = None, sharpness: float = 8.0
                      ) -> tuple[MultiHeadAttention, torch.Tensor]:
     """Four heads with weights set by hand, so that each looks somewhere else.
 
-    The input ``x`` [1, T, D] carries a one-hot position code in its first T
-    features. Head 0 attends to the previous token, head 1 to the token itself,
-    head 2 to the first token, head 3 spreads evenly over the allowed prefix.
-    Returns the module and ``x``.
+    The input ``x`` [1, T, D] carries a one-hot encoding of the position in its
+    first T features. Head 0 attends to the previous token, head 1 to the token
+    itself, head 2 to the first token, head 3 spreads evenly over the allowed
+    prefix. Without a ``config`` the head dimension is max(32, T). Returns the
+    module and ``x``.
     """
-    assert config.n_heads == 4 and config.d_model // config.n_heads >= T
+    if config is None:
+        config = AttentionConfig(d_model=4 * max(32, T), n_heads=4)
+    if config.n_heads != 4:
+        raise ValueError(tr("error.hand_built_heads_n_heads", H=config.n_heads))
     D, d = config.d_model, config.d_model // config.n_heads
+    if not 1 <= T <= d:
+        raise ValueError(tr("error.hand_built_heads_length", T=T, d=d))
     module = MultiHeadAttention(config)
     x = torch.zeros(1, T, D)
     x[0, :, :T] = torch.eye(T)  # position t -> feature t
@@ -106,8 +126,9 @@ def hand_built_heads(T: int, config: AttentionConfig = AttentionConfig(), sharpn
             Wk[0 * d + t + 1, t] = 1.0
         Wq[1 * d + t, t] = scale  # head 1: query t looks for key t
         Wk[1 * d + t, t] = 1.0
-        Wq[2 * d, t] = scale  # head 2: every query looks for position 0
-    Wk[2 * d, 0] = 1.0  # head 3: all zero -> equal scores -> uniform over the prefix
+        Wq[2 * d, t] = scale  # head 2: every query looks for position 0 ...
+    Wk[2 * d, 0] = 1.0  # ... whose key is the only one with feature 0
+    # head 3 (rows 3d ... 4d-1) keeps zero query weights: equal scores -> uniform over the prefix
     with torch.no_grad():
         module.q_proj.weight.copy_(Wq)
         module.k_proj.weight.copy_(Wk)

@@ -3,7 +3,8 @@
 Each character is one token: a Latin letter, an umlaut and a Chinese
 character alike. The vocabulary is every character of the course's training
 text (``attnlab/data/corpus.{en,de,zh}.txt``) plus one id for characters it
-has never seen (``UNKNOWN``, id 0), so any string can be encoded.
+has never seen (``UNKNOWN``, id 0), so any string can be encoded, and one
+id for the ``MASK`` token of masked language modelling (chapter 7, id 1).
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ from importlib import resources
 
 LANGUAGES = ("en", "de", "zh")
 UNKNOWN = "\ufffd"  # the replacement character, id 0
+MASK = "\u2588"  # a full block, id 1: BERT's [MASK] (chapter 7)
+SPECIALS = (UNKNOWN, MASK)
 
 
 class CharTokenizer:
     """``encode("text") -> [ids]``, ``decode([ids]) -> "text"``."""
 
     def __init__(self, characters: str):
-        self.chars = [UNKNOWN] + sorted(set(characters) - {UNKNOWN})
+        self.chars = list(SPECIALS) + sorted(set(characters) - set(SPECIALS))
         self.ids = {c: i for i, c in enumerate(self.chars)}
+
+    @property
+    def mask_id(self) -> int:
+        return self.ids[MASK]
 
     @property
     def vocab_size(self) -> int:

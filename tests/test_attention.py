@@ -98,12 +98,36 @@ def test_additive_mask_means_the_same_in_both_apis():
     assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_half_precision_softmax_is_computed_in_float32():
-    scores = (torch.randn(4, 4096) * 4).to(torch.bfloat16)
-    weights = attention.masked_softmax(scores, None)
-    assert weights.dtype == torch.bfloat16
-    reference = scores.float().softmax(-1).to(torch.bfloat16)
-    assert torch.equal(weights, reference)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_softmax_accumulates_in_float32_and_rounds_only_the_weights(dtype):
+    gen = torch.Generator().manual_seed(0)
+    scores = (torch.randn(4, 4096, generator=gen) * 4).to(dtype)
+    reference = scores.float().softmax(-1)  # float32 from start to end
+    # chapter 1: PyTorch already accumulates in float32; the result is the float32 softmax, rounded
+    assert torch.equal(scores.softmax(-1), reference.to(dtype))
+    assert torch.equal(attention.masked_softmax(scores, None), reference.to(dtype))
+    # dtype=torch.float32 changes only the output: the weights are not rounded
+    assert torch.equal(scores.softmax(-1, dtype=torch.float32), reference)
+    # a softmax whose running sum is kept in half precision gives other weights, so the checks above can fail
+    exps = torch.exp(scores - scores.max(-1, keepdim=True).values)  # [4, 4096] in dtype
+    running = torch.zeros(4, dtype=dtype)
+    for column in exps.unbind(-1):
+        running = running + column
+    assert not torch.equal(exps / running[:, None], reference.to(dtype))
+    if dtype == torch.float16:  # rounding the output costs the smallest weights
+        assert (reference == 0).sum() == 0 and (reference.to(dtype) == 0).sum() > 0
+
+
+def test_non_square_attention_with_index_mask_equals_the_last_rows_of_full_causal_attention(qkv):
+    q, k, v = qkv  # [B, H, 7, d]: 4 cached positions, then 3 new queries
+    allowed = masks.causal_allowed_from_indices(3, 7)  # [3, 7], diagonal in the lower-right corner
+    new_rows = attention.attention(q[..., 4:, :], k, v, allowed)
+    assert new_rows.shape == (2, 3, 3, 8)
+    assert torch.allclose(new_rows, attention.causal_attention(q, k, v)[..., 4:, :], atol=1e-6)
+    lower_right = F.scaled_dot_product_attention(q[..., 4:, :], k, v, attn_mask=allowed)
+    assert torch.allclose(new_rows, lower_right, atol=1e-6)
+    top_left = F.scaled_dot_product_attention(q[..., 4:, :], k, v, is_causal=True)  # not the same mask
+    assert not torch.allclose(new_rows, top_left, atol=1e-3)
 
 
 def test_minus_1e9_overflows_float16_and_finfo_min_gives_uniform_rows():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnlab.gpt import GPT, GPTConfig, KVCache
-from attnlab.tokenizer import UNKNOWN, corpus, course_tokenizer
+from attnlab.tokenizer import MASK, UNKNOWN, corpus, course_tokenizer
 from attnlab.train import evaluate, next_token_batch, train
 
 
@@ -96,6 +96,7 @@ def test_tokenizer_covers_three_languages_and_round_trips():
         assert tok.decode(tok.encode(text)) == text
         assert 0 not in tok.encode(corpus(lang))
     assert tok.decode(tok.encode("Größe 注意力 ∮")) == "Größe 注意力 " + UNKNOWN
+    assert tok.encode(MASK) == [tok.mask_id] == [1]
     with pytest.raises(ValueError, match="0.."):
         tok.decode([tok.vocab_size])
 

@@ -145,9 +145,11 @@ def test_comments_are_localized_and_code_stays_identical(tmp_path):
             "    # en: a whole line\n"
             "    # de: eine ganze Zeile\n"
             "    # zh: 整行\n"
-            "    y = '# en: not a comment'  # plain comment stays\n")
+            "    y = '# en: not a comment'  # plain comment stays\n"
+            "    # en: one line | de: eine Zeile | zh: 一行\n")
     assert notebooks.localize_code(code, "de") == (
-        "x = 1  # eins\nif x:\n    # eine ganze Zeile\n    y = '# en: not a comment'  # plain comment stays\n")
+        "x = 1  # eins\nif x:\n    # eine ganze Zeile\n    y = '# en: not a comment'  # plain comment stays\n"
+        "    # eine Zeile\n")
     assert notebooks.localize_code(code, "zh").splitlines()[0] == "x = 1  # 一"
     stripped = {notebooks.strip_comments(notebooks.localize_code(code, lang)) for lang in notebooks.LANGUAGES}
     assert len(stripped) == 1
@@ -157,3 +159,80 @@ def test_a_comment_in_one_language_only_is_rejected(tmp_path):
     path = write_source(tmp_path, "```{code-cell}\n# en: only English\nx = 1\n```\n")
     with pytest.raises(notebooks.SourceError, match=r"99-test.md:\d+: .*needs '# de"):
         notebooks.parse_source(path)
+
+
+FIGURE_CELL = ("```{code-cell}\n"
+               ":tags: [hide-input]\n"
+               ":alt: en: A heatmap of the mask | de: Eine Heatmap der Maske | zh: 掩码的热力图\n"
+               ":caption: en: The causal mask | de: Die kausale Maske | zh: 因果掩码\n"
+               "show()\n"
+               "```\n")
+
+
+def test_alt_text_and_caption_go_into_myst_nb_cell_metadata_in_each_language(tmp_path):
+    source = notebooks.parse_source(write_source(tmp_path, FIGURE_CELL))
+    expected = {"en": ("A heatmap of the mask", "The causal mask"), "de": ("Eine Heatmap der Maske", "Die kausale Maske"),
+                "zh": ("掩码的热力图", "因果掩码")}
+    for lang, (alt, caption) in expected.items():
+        cell = notebooks.render_notebook(source, lang).cells[1]
+        assert cell.source == "show()" and cell.metadata["tags"] == ["hide-input"]
+        assert cell.metadata["mystnb"] == {"image": {"alt": alt}, "figure": {"caption": caption}}
+        assert alt in notebooks.reader_text(source, lang) and caption in notebooks.reader_text(source, lang)
+
+
+@pytest.mark.parametrize("option, missing", [
+    (":alt: en: A heatmap | de: Eine Heatmap", "zh"),
+    (":caption: en: The mask | zh: 掩码", "de"),
+    (":alt: en: A heatmap | de: Eine Heatmap | zh:", "zh"),
+    (":alt: A heatmap", "en, de, zh"),
+])
+def test_an_alt_text_or_caption_without_all_languages_is_rejected_with_file_and_line(tmp_path, option, missing):
+    path = write_source(tmp_path, f"```{{code-cell}}\n:tags: [hide-input]\n{option}\nshow()\n```\n")
+    with pytest.raises(notebooks.SourceError, match=rf"99-test.md:7: :(alt|caption): lacks {missing}:"):
+        notebooks.parse_source(path)
+
+
+def test_an_unknown_or_repeated_cell_option_is_rejected(tmp_path):
+    with pytest.raises(notebooks.SourceError, match=r"99-test.md:6: unknown cell option :atl:"):
+        notebooks.parse_source(write_source(tmp_path / "a", "```{code-cell}\n:atl: en: x | de: x | zh: x\nx = 1\n```\n"))
+    with pytest.raises(notebooks.SourceError, match=r"99-test.md:7: second :alt:"):
+        notebooks.parse_source(write_source(tmp_path / "b", "```{code-cell}\n:alt: en: a | de: a | zh: a\n"
+                                                             ":alt: en: b | de: b | zh: b\nx = 1\n```\n"))
+
+
+def test_a_figure_without_alt_text_is_found(tmp_path):
+    nb = notebooks.render_notebook(notebooks.parse_source(write_source(tmp_path, FIGURE_CELL)), "en")
+    figure = nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
+    nb.cells[1].outputs = [figure]
+    assert notebooks.figures_without_alt(nb) == []
+    del nb.cells[1].metadata["mystnb"]["image"]
+    assert notebooks.figures_without_alt(nb) == ["code-001"]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="no picture")]
+    assert notebooks.figures_without_alt(nb) == []
+
+
+def test_code_in_a_page_becomes_a_python_block_with_the_readers_comments(tmp_path):
+    path = tmp_path / "chapters" / "src" / "page.md"
+    path.parent.mkdir(parents=True)
+    path.write_text("---\nkind: page\n---\n\n::::{lang} en\n# Page\n::::\n::::{lang} de\n# Seite\n::::\n"
+                    "::::{lang} zh\n# 页面\n::::\n\n```{code-cell}\nx = 1  # en: one | de: eins | zh: 一\n```\n", "utf-8")
+    source = notebooks.parse_source(path)
+    assert notebooks.render_page(source, "de").endswith("# Seite\n\n```python\nx = 1  # eins\n```\n")
+    assert "x = 1  # 一" in notebooks.render_page(source, "zh")
+
+
+def test_refresh_adds_new_cell_options_but_keeps_outputs_and_refuses_code_changes(tmp_path):
+    path = write_source(tmp_path, "```{code-cell}\nshow()\n```\n")
+    source = notebooks.parse_source(path)
+    for out in notebooks.render(source, tmp_path):  # stands in for executed notebooks
+        nb = nbformat.read(out, as_version=4)
+        nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
+        nb.cells[1].execution_count = 1
+        notebooks.write_notebook(nb, out)
+    path.write_text(path.read_text("utf-8").replace("```{code-cell}\n", "```{code-cell}\n:alt: en: a | de: b | zh: 丙\n"))
+    refreshed = notebooks.refresh(notebooks.parse_source(path), tmp_path)
+    nb = nbformat.read(refreshed[2], as_version=4)
+    assert nb.cells[1].metadata["mystnb"] == {"image": {"alt": "丙"}} and nb.cells[1].outputs[0].text == "kept\n"
+    path.write_text(path.read_text("utf-8").replace("show()", "show(1)"))
+    with pytest.raises(notebooks.SourceError, match="code or prose changed"):
+        notebooks.refresh(notebooks.parse_source(path), tmp_path)

@@ -18,12 +18,18 @@ Source format (``chapters/src/NN-slug.md``, see docs/authoring.md)::
 
     ```{code-cell}
     :tags: [hide-input]
+    :alt: en: what the figure shows | de: was die Abbildung zeigt | zh: 图中显示的内容
+    :caption: en: A caption | de: Eine Bildunterschrift | zh: 图注
     code, written once for all languages
     ```
 
 A run of ``::::{lang}`` blocks becomes one Markdown cell in each language
 and must hold en, de and zh exactly once. Code cells are shared; a
 generated setup cell (after the opening prose) sets the notebook's language.
+``:alt:`` and ``:caption:`` give the cell's figure its text in each language
+(stored as myst-nb cell metadata, ``mystnb: {image: {alt}, figure: {caption}}``);
+every figure output needs an ``:alt:``. In a ``kind: page`` source, code cells
+become plain ``python`` code blocks (shown, not executed).
 
 Comments in code cells are written in all three languages and each notebook
 keeps its own (the code itself is identical)::
@@ -37,7 +43,15 @@ Commands (run from the repository root)::
 
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
     python -m tools.notebooks render              # render only, no execution
+    python -m tools.notebooks refresh [SOURCE ...]  # only cell options (alt, caption, tags) changed: keep outputs
     python -m tools.notebooks check               # stale / missing language / code drift
+
+Exercises (``exercises/src/NN-slug.md``, same format) mark the learner's part
+of a code cell with ``# BEGIN SOLUTION`` / ``# END SOLUTION`` lines. Each
+gives ``exercises/<lang>/NN-slug.ipynb`` (the stub: each marked region
+replaced by a localized TODO comment and ``raise NotImplementedError(...)``,
+not executed, no outputs) and ``solutions/<lang>/NN-slug.ipynb`` (markers
+dropped, executed, outputs stored). See docs/exercises.md.
 """
 
 from __future__ import annotations
@@ -56,19 +70,24 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LANGUAGES = ("en", "de", "zh")
-SOURCE_DIRS = ("chapters",)
+SOURCE_DIRS = ("chapters", "exercises")
+GENERATED_DIRS = ("solutions",)  # output only: made from exercises/src/
 LANG_OPEN = re.compile(r"^::::\{lang\}\s+(\w+)\s*$")
 LANG_CLOSE = "::::"
 CODE_OPEN = re.compile(r"^```\{code-cell\}(\s+\w+)?\s*$")
 CODE_CLOSE = "```"
 OPTION = re.compile(r"^:(\w[\w-]*):\s*(.*)$")
+CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # language of figures and messages; seeds every RNG'
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-INLINE_COMMENT = re.compile(r"#\s?en:\s(?P<en>.*?)\s\|\sde:\s(?P<de>.*?)\s\|\szh:\s(?P<zh>.*?)\s*$")
+THREE_LANGUAGES = r"en:\s(?P<en>.*?)\s\|\sde:\s(?P<de>.*?)\s\|\szh:\s(?P<zh>.*?)\s*$"  # en: … | de: … | zh: …
+INLINE_COMMENT = re.compile(r"#\s?" + THREE_LANGUAGES)
+LOCALIZED_OPTION = re.compile(r"^" + THREE_LANGUAGES)
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 LINE_COMMENT = re.compile(r"^(?P<indent>\s*)#\s?(?P<lang>en|de|zh):\s(?P<text>.*?)\s*$")
 
 
@@ -82,6 +101,8 @@ class Cell:
     text: dict[str, str] | str  # markdown: {lang: text}; code: the code
     tags: list[str] = field(default_factory=list)
     line: int = 0
+    alt: dict[str, str] | None = None  # code cells: the figure's alt text per language
+    caption: dict[str, str] | None = None  # code cells: the figure's caption per language
 
 
 @dataclass
@@ -154,10 +175,18 @@ def parse_source(path: pathlib.Path) -> Source:
         close_group()
         if CODE_OPEN.match(line):
             j = i + 1
-            tags: list[str] = []
+            options: dict = {}
             while j < len(lines) and (m := OPTION.match(lines[j])):
-                if m.group(1) == "tags":
-                    tags = yaml.safe_load(m.group(2)) or []
+                name, value = m.groups()
+                if name not in CELL_OPTIONS:
+                    raise SourceError(f"{where(j)}: unknown cell option :{name}: (known: "
+                                      + ", ".join(f":{o}:" for o in CELL_OPTIONS) + ")")
+                if name in options:
+                    raise SourceError(f"{where(j)}: second :{name}: in one code cell")
+                try:
+                    options[name] = (yaml.safe_load(value) or []) if name == "tags" else localized_option(name, value)
+                except SourceError as error:
+                    raise SourceError(f"{where(j)}: {error}") from None
                 j += 1
             try:
                 end = lines.index(CODE_CLOSE, j)
@@ -168,12 +197,25 @@ def parse_source(path: pathlib.Path) -> Source:
                 localize_code(code, "en")
             except SourceError as error:
                 raise SourceError(f"{where(i)}: {error}") from None
-            cells.append(Cell("code", code, tags, line=i + 1))
+            cells.append(Cell("code", code, options.get("tags", []), line=i + 1,
+                              alt=options.get("alt"), caption=options.get("caption")))
             i = end + 1
             continue
         raise SourceError(f"{where(i)}: text outside a {{lang}} block or code cell: {line[:60]!r}")
     close_group()
     return Source(path, meta, cells)
+
+
+def localized_option(name: str, value: str) -> dict[str, str]:
+    """``en: … | de: … | zh: …`` -> ``{"en": …, "de": …, "zh": …}`` (all three, none empty)."""
+    m = LOCALIZED_OPTION.match(value.strip())
+    texts = {lang: m.group(lang).strip() for lang in LANGUAGES} if m else {}
+    if not m or not all(texts.values()):
+        present = [lang for lang in LANGUAGES if re.search(rf"(^|\|)\s*{lang}:\s*\S", value)]
+        missing = [lang for lang in LANGUAGES if lang not in present] or ["the 'en: … | de: … | zh: …' form"]
+        raise SourceError(f":{name}: lacks {', '.join(missing)}: write "
+                          f"':{name}: en: … | de: … | zh: …' on one line")
+    return texts
 
 
 def localize_code(code: str, lang: str) -> str:
@@ -188,6 +230,8 @@ def localize_code(code: str, lang: str) -> str:
     while i < len(lines):
         line = lines[i]
         first = LINE_COMMENT.match(line)
+        if first and INLINE_COMMENT.search(line):
+            first = None  # a whole-line comment in the one-line form: handled below
         if first and first.group("lang") == "en":
             group = [LINE_COMMENT.match(x) for x in lines[i:i + 3]]
             if (len(group) < 3 or not all(group) or [m.group("lang") for m in group] != list(LANGUAGES)
@@ -244,6 +288,13 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
             new = nbformat.v4.new_code_cell(localize_code(cell.text, lang), id=f"code-{n:03d}")
             if cell.tags:
                 new.metadata["tags"] = list(cell.tags)
+            figure_text = {}  # myst-nb's cell-level render options (image alt, figure caption)
+            if cell.alt:
+                figure_text["image"] = {"alt": cell.alt[lang]}
+            if cell.caption:
+                figure_text["figure"] = {"caption": cell.caption[lang]}
+            if figure_text:
+                new.metadata["mystnb"] = figure_text
         nb.cells.append(new)
         if n == 1 and cell.kind == "markdown":
             nb.cells.append(setup)  # right after the title and introduction
@@ -251,8 +302,31 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
 
 
 def render_page(source: Source, lang: str) -> str:
+    """A plain Markdown page; its code cells become ``python`` code blocks (not executed)."""
     header = f"<!-- Generated from {source.rel} by tools/notebooks.py: edit the source, not this file. -->\n\n"
-    return header + "\n\n".join(cell.text[lang] for cell in source.cells) + "\n"
+    parts = [cell.text[lang] if cell.kind == "markdown" else f"```python\n{localize_code(cell.text, lang)}\n```"
+             for cell in source.cells]
+    return header + "\n\n".join(parts) + "\n"
+
+
+def reader_text(source: Source, lang: str) -> str:
+    """Everything a reader of ``lang`` sees from ``source``: prose, code with its comments, alt texts, captions."""
+    parts = []
+    for cell in source.cells:
+        if cell.kind == "markdown":
+            parts.append(cell.text[lang])
+        else:
+            parts.append(localize_code(cell.text, lang))
+            parts += [texts[lang] for texts in (cell.alt, cell.caption) if texts]
+    return "\n".join(parts)
+
+
+def figures_without_alt(nb: nbformat.NotebookNode) -> list[str]:
+    """Ids of code cells that show a picture but have no alt text (screen readers would read a file path)."""
+    return [cell.id for cell in nb.cells if cell.cell_type == "code"
+            and any(output.get("output_type") in ("display_data", "execute_result")
+                    and any(kind in output.get("data", {}) for kind in IMAGE_TYPES) for output in cell.outputs)
+            and not cell.metadata.get("mystnb", {}).get("image", {}).get("alt")]
 
 
 def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
@@ -263,6 +337,8 @@ def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
 
 def render(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     """Write the three unexecuted files of ``source`` under ``root``."""
+    if is_exercise(source):
+        return render_exercise_files(source, root)
     written = []
     for lang in LANGUAGES:
         out = source.output_path(lang, root)
@@ -305,6 +381,9 @@ def execute(path: pathlib.Path, timeout: int = 300) -> None:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.outputs = coalesce_streams(cell.outputs)
+    if missing := figures_without_alt(nb):
+        raise RuntimeError(f"{path.relative_to(ROOT)}: cells {missing} show a figure without alt text: "
+                           "add ':alt: en: … | de: … | zh: …' to the code cell in the source")
     nb.metadata.language_info = dict(LANGUAGE_INFO)
     nb = stable_widget_ids(nb, path.relative_to(ROOT).as_posix())
     write_notebook(nb, path)
@@ -341,6 +420,9 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
         return [str(error)]
     expected: set[pathlib.Path] = set()
     for source in sources:
+        if is_exercise(source):
+            problems += check_exercise(source, root, expected)
+            continue
         code_by_lang = {}
         for lang in LANGUAGES:
             out = source.output_path(lang, root)
@@ -361,28 +443,196 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
             unexecuted = [c.id for c in committed.cells if c.cell_type == "code" and c.execution_count is None]
             if unexecuted:
                 problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
+            if no_alt := figures_without_alt(committed):
+                problems.append(f"{rel}: cells {no_alt} show a figure without alt text (add :alt: in {source.rel})")
         if len(code_by_lang) == len(LANGUAGES) and len({json.dumps(v) for v in code_by_lang.values()}) > 1:
             problems.append(f"{source.rel}: code differs between the en/de/zh notebooks")
-    for section in SOURCE_DIRS:
+    for section in (*SOURCE_DIRS, *GENERATED_DIRS):
         for lang in LANGUAGES:
             for path in sorted((root / section / lang).glob("*")):
                 if path.suffix in (".ipynb", ".md") and path not in expected:
-                    problems.append(f"{path.relative_to(root)}: no source in {section}/src/ makes it")
+                    problems.append(f"{path.relative_to(root)}: no source in "
+                                    f"{'exercises' if section in GENERATED_DIRS else section}/src/ makes it")
     return problems
+
+
+# --------------------------------------------------------------------------
+# Exercises: one source -> stub notebooks (exercises/<lang>/) and solutions (solutions/<lang>/)
+
+SOLUTION_BEGIN = "# BEGIN SOLUTION"
+SOLUTION_END = "# END SOLUTION"
+
+
+def is_exercise(source: Source) -> bool:
+    return source.path.parent.parent.name == "exercises"
+
+
+def is_stub(path: pathlib.Path) -> bool:
+    """An exercise notebook (exercises/<lang>/x.ipynb): rendered, never executed."""
+    return path.parent.parent.name == "exercises" and path.parent.name in LANGUAGES
+
+
+def solution_path(source: Source, lang: str, root: pathlib.Path = ROOT) -> pathlib.Path:
+    return root / GENERATED_DIRS[0] / lang / f"{source.slug}.ipynb"
+
+
+def stub_lines(indent: str, lang: str) -> list[str]:
+    """What replaces a solution region in the learner's notebook (texts from attnlab/messages.toml)."""
+    from attnlab.i18n import tr
+
+    return [f"{indent}# {tr('grader.stub.todo', lang=lang)}",
+            f"{indent}raise NotImplementedError({json.dumps(tr('grader.stub.raise', lang=lang), ensure_ascii=False)})"]
+
+
+def solution_regions(code: str) -> list[tuple[int, int]]:
+    """(begin, end) line numbers of every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` pair."""
+    regions, begin = [], None
+    for n, line in enumerate(code.split("\n")):
+        marker = line.strip()
+        if marker == SOLUTION_BEGIN:
+            if begin is not None:
+                raise SourceError(f"code line {n + 1}: {SOLUTION_BEGIN} inside another solution region")
+            begin = n
+        elif marker == SOLUTION_END:
+            if begin is None:
+                raise SourceError(f"code line {n + 1}: {SOLUTION_END} without {SOLUTION_BEGIN}")
+            if n == begin + 1:
+                raise SourceError(f"code line {n + 1}: empty solution region")
+            regions.append((begin, n))
+            begin = None
+    if begin is not None:
+        raise SourceError(f"code line {begin + 1}: {SOLUTION_BEGIN} without {SOLUTION_END}")
+    return regions
+
+
+def exercise_code(code: str, lang: str, solution: bool) -> str:
+    """The solution (markers dropped) or the stub (each region -> TODO + raise) of a code cell."""
+    lines = code.split("\n")
+    out: list[str] = []
+    last = 0
+    for begin, end in solution_regions(code):
+        out += lines[last:begin]
+        if solution:
+            out += lines[begin + 1:end]
+        else:
+            out += stub_lines(lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())], lang)
+        last = end + 1
+    return "\n".join(out + lines[last:])
+
+
+def render_exercise(source: Source, lang: str, solution: bool) -> nbformat.NotebookNode:
+    """The exercise notebook (the stub) or its solution, unexecuted."""
+    nb = render_notebook(source, lang)
+    nb.metadata["attnlab"]["notebook"] = "solution" if solution else "exercise"
+    first = nb.cells[0]
+    if solution and first.cell_type == "markdown" and first.source.startswith("# "):
+        from attnlab.i18n import tr
+
+        title, newline, rest = first.source[2:].partition("\n")
+        first.source = f"# {tr('grader.solution_title', lang=lang, title=title)}{newline}{rest}"
+    regions = 0
+    for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id != "setup"],
+                               [c for c in source.cells if c.kind == "code"]):
+        try:
+            regions += len(solution_regions(cell.source))
+            cell.source = exercise_code(cell.source, lang, solution)
+        except SourceError as error:
+            raise SourceError(f"{source.rel}:{code_cell.line}: {error}") from None
+    if not regions:
+        raise SourceError(f"{source.rel}: an exercise needs at least one {SOLUTION_BEGIN} ... {SOLUTION_END} region")
+    return nb
+
+
+def render_exercise_files(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Write the stub and the solution of ``source`` in every language (unexecuted)."""
+    written = []
+    for lang in LANGUAGES:
+        for path, solution in ((source.output_path(lang, root), False), (solution_path(source, lang, root), True)):
+            write_notebook(render_exercise(source, lang, solution), path)
+            written.append(path)
+    return written
+
+
+def _stub_code(nb: nbformat.NotebookNode, lang: str) -> list[str]:
+    """Code of a stub without comments, its localized raise message made neutral."""
+    raise_line = stub_lines("", lang)[1]
+    return [strip_comments(c.source.replace(raise_line, "raise NotImplementedError()"))
+            for c in nb.cells if c.cell_type == "code" and c.id != "setup"]
+
+
+def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Path]) -> list[str]:
+    """Stale, missing, executed stubs, unexecuted solutions, code drift of one exercise source."""
+    problems: list[str] = []
+    stub_code: dict[str, list[str]] = {}
+    solution_code: dict[str, list[str]] = {}
+    for lang in LANGUAGES:
+        for out, solution in ((source.output_path(lang, root), False), (solution_path(source, lang, root), True)):
+            expected.add(out)
+            rel = out.relative_to(root)
+            if not out.exists():
+                problems.append(f"{rel}: missing, run `make notebooks`")
+                continue
+            committed = nbformat.read(out, as_version=4)
+            try:
+                rendered = render_exercise(source, lang, solution)
+            except SourceError as error:
+                return [str(error)]
+            if strip_outputs(committed) != rendered:
+                problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
+            code_cells = [c for c in committed.cells if c.cell_type == "code"]
+            if solution:
+                solution_code[lang] = [strip_comments(c.source) for c in code_cells if c.id != "setup"]
+                unexecuted = [c.id for c in code_cells if c.execution_count is None]
+                if unexecuted:
+                    problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
+            else:
+                stub_code[lang] = _stub_code(committed, lang)
+                if any(c.outputs or c.execution_count is not None for c in code_cells) or "widgets" in committed.metadata:
+                    problems.append(f"{rel}: an exercise notebook must have no outputs, run `make notebooks`")
+    for kind, code_by_lang in (("exercise", stub_code), ("solution", solution_code)):
+        if len(code_by_lang) == len(LANGUAGES) and len({json.dumps(v) for v in code_by_lang.values()}) > 1:
+            problems.append(f"{source.rel}: {kind} code differs between the en/de/zh notebooks")
+    return problems
+
+
+def refresh(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Give executed notebooks the cell metadata of ``source`` (alt texts, captions, tags), keeping their outputs.
+
+    Only for changes that cannot alter what a cell prints: refuses when any cell's
+    text, kind or order differs from the source (run ``build`` then).
+    """
+    written = []
+    for lang in LANGUAGES if source.meta.get("kind") != "page" else ():
+        path = source.output_path(lang, root)
+        committed = nbformat.read(path, as_version=4)
+        fresh = render_notebook(source, lang)
+        if [(c.id, c.cell_type, c.source) for c in committed.cells] != [(c.id, c.cell_type, c.source) for c in fresh.cells]:
+            raise SourceError(f"{path.relative_to(root)}: code or prose changed since it was executed; "
+                              "run `python -m tools.notebooks build` instead")
+        for old, new in zip(committed.cells, fresh.cells):
+            old.metadata = new.metadata
+        write_notebook(committed, path)
+        written.append(path)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["build", "render", "check"])
+    parser.add_argument("command", choices=["build", "render", "check", "refresh"])
     parser.add_argument("sources", nargs="*", help="source files (default: all)")
     args = parser.parse_args(argv)
     if args.command == "check":
         problems = check()
         print("\n".join(problems) or "notebooks are up to date")
         return 1 if problems else 0
+    if args.command == "refresh":
+        for source in find_sources(args.sources):
+            for path in refresh(source):
+                print(f"refreshed {path.relative_to(ROOT)}")
+        return 0
     for source in find_sources(args.sources):
         for path in render(source):
-            if args.command == "build" and path.suffix == ".ipynb":
+            if args.command == "build" and path.suffix == ".ipynb" and not is_stub(path):
                 print(f"executing {path.relative_to(ROOT)}", flush=True)
                 execute(path)
             else:

@@ -1,0 +1,46 @@
+"""The graded tasks of the exercise notebooks, one module per chapter.
+
+Each module ``chN.py`` defines ``TASKS``, a list of :class:`attnlab.grader.Task`
+(reference, case generator, mutants, alternative correct solutions). A new
+chapter adds its module name to ``CHAPTERS``; docs/exercises.md shows how.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+import torch
+
+CHAPTERS = ("ch1", "ch2", "ch3")
+
+
+@lru_cache(maxsize=1)
+def all_tasks() -> dict:
+    """``{task id: Task}`` over every chapter module, in notebook order."""
+    tasks = {}
+    for name in CHAPTERS:
+        module = importlib.import_module(f"{__name__}.{name}")
+        for task in module.TASKS:
+            if task.id in tasks:
+                raise ValueError(f"task id {task.id!r} is defined twice")
+            tasks[task.id] = task
+    return tasks
+
+
+def exercise_tasks(exercise: str) -> list[str]:
+    """Ids of the tasks graded in the exercise notebook ``exercise`` ("01-causal-mask")."""
+    return [task.id for task in all_tasks().values() if task.exercise == exercise]
+
+
+def case_device() -> torch.device:
+    """Where case tensors live: the GPU when there is one, so a forgotten ``device=`` shows."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def random_allowed(T_q: int, T_kv: int, generator: torch.Generator) -> torch.Tensor:
+    """[T_q, T_kv] bool, random, with at least one allowed key in every row (no NaN rows)."""
+    allowed = torch.rand(T_q, T_kv, generator=generator) < 0.5
+    first = torch.randint(T_kv, (T_q,), generator=generator)
+    allowed[torch.arange(T_q), first] = True
+    return allowed

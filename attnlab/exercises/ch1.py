@@ -1,0 +1,238 @@
+"""Exercise 1 (exercises/src/01-causal-mask.md): the causal mask, masked softmax, the
+leak of a 0 fill, and the three mask conventions.
+
+Each task: a reference, a case generator (sizes other than the notebook's
+worked examples), mutants (known mistakes, named in messages.toml under
+``grader.mutant.<task id>.<name>``) and alternative correct solutions (the
+tests give each full marks).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..grader import Case, Task
+from . import case_device, random_allowed
+
+EXERCISE = "01-causal-mask"
+NEG_INF = float("-inf")
+
+
+# --------------------------------------------------------------------------
+# 1. build_causal_mask(T) -> [T, T] bool, True = may attend (the SDPA convention)
+
+
+def causal_mask(T):
+    return torch.ones(T, T, dtype=torch.bool).tril()
+
+
+def causal_mask_cases(generator):
+    return [Case((T,), label=f"T={T}") for T in (1, 5, 8, 11)]
+
+
+CAUSAL_MASK = Task(
+    id="ch1.causal_mask", exercise=EXERCISE, reference=causal_mask, cases=causal_mask_cases,
+    mutants={
+        "diagonal": lambda T: torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1),
+        "inverted": lambda T: torch.ones(T, T, dtype=torch.bool).triu(diagonal=1),
+        "transposed": lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
+        "no_mask": lambda T: torch.ones(T, T, dtype=torch.bool),
+    },
+    alternatives=[
+        lambda T: torch.arange(T)[None, :] <= torch.arange(T)[:, None],
+        lambda T: ~torch.ones(T, T, dtype=torch.bool).triu(diagonal=1),
+        lambda T: torch.tril(torch.ones(T, T)).bool(),
+        lambda T: torch.tensor([[j <= i for j in range(T)] for i in range(T)], dtype=torch.bool).reshape(T, T),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. masked_softmax(scores, allowed) -> weights, blocked entries exactly 0
+
+
+def masked_softmax(scores, allowed):
+    return scores.masked_fill(~allowed, NEG_INF).softmax(dim=-1)
+
+
+def score_cases(generator):
+    device = case_device()
+    cases = []
+    for shape, allowed, label in [
+        ((5, 5), torch.ones(5, 5, dtype=torch.bool).tril(), "T=5"),
+        ((2, 3, 7, 7), torch.ones(7, 7, dtype=torch.bool).tril(), "B=2, H=3, T=7"),
+        ((4, 6), random_allowed(4, 6, generator), "T_q=4, T_kv=6"),
+        ((2, 9, 9), torch.ones(9, 9, dtype=torch.bool).tril(), "B=2, T=9"),
+    ]:
+        scores = torch.randn(shape, generator=generator) * 3
+        cases.append(Case((scores.to(device), allowed.to(device)), label=label))
+    return cases
+
+
+def _manual_softmax(scores, allowed):
+    e = (scores - scores.amax(dim=-1, keepdim=True)).exp() * allowed
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+MASKED_SOFTMAX = Task(
+    id="ch1.masked_softmax", exercise=EXERCISE, reference=masked_softmax, cases=score_cases,
+    mutants={
+        "zero_fill": lambda s, a: s.masked_fill(~a, 0.0).softmax(dim=-1),
+        "inverted": lambda s, a: s.masked_fill(a, NEG_INF).softmax(dim=-1),
+        "after_softmax": lambda s, a: s.softmax(dim=-1) * a,
+        "wrong_axis": lambda s, a: s.masked_fill(~a, NEG_INF).softmax(dim=-2),
+        "no_mask": lambda s, a: s.softmax(dim=-1),
+    },
+    alternatives=[
+        lambda s, a: torch.where(a, s, NEG_INF).softmax(dim=-1),
+        lambda s, a: (s + torch.zeros_like(s).masked_fill(~a, NEG_INF)).softmax(dim=-1),
+        lambda s, a: s.masked_fill(~a, -1e9).softmax(dim=-1),  # a large finite fill is exact in float32
+        lambda s, a: s.masked_fill(~a, torch.finfo(s.dtype).min).softmax(dim=-1),
+        _manual_softmax,
+        lambda s, a: torch.nn.functional.softmax(s.masked_fill(~a, NEG_INF), dim=-1),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 3. future_weight(weights, allowed) -> [..., T_q]: the weight each query row puts on
+#    blocked keys (what a 0 fill leaks; exactly 0 with -inf)
+
+
+def future_weight(weights, allowed):
+    return (weights * ~allowed).sum(dim=-1)
+
+
+def weight_cases(generator):
+    device = case_device()
+    cases = []
+    for shape, allowed, fill, label in [
+        ((5, 5), torch.ones(5, 5, dtype=torch.bool).tril(), 0.0, "T=5, fill=0"),
+        ((2, 7, 7), torch.ones(7, 7, dtype=torch.bool).tril(), NEG_INF, "B=2, T=7, fill=-inf"),
+        ((3, 4, 8), random_allowed(4, 8, generator), None, "B=3, T_q=4, T_kv=8"),
+        ((2, 3, 9, 9), torch.ones(9, 9, dtype=torch.bool).tril(), 0.0, "B=2, H=3, T=9, fill=0"),
+    ]:
+        scores = torch.randn(shape, generator=generator) * 2
+        if fill is not None:
+            scores = scores.masked_fill(~allowed, fill)
+        cases.append(Case((scores.softmax(dim=-1).to(device), allowed.to(device)), label=label))
+    return cases
+
+
+FUTURE_WEIGHT = Task(
+    id="ch1.future_weight", exercise=EXERCISE, reference=future_weight, cases=weight_cases,
+    mutants={
+        "allowed_weight": lambda w, a: (w * a).sum(dim=-1),
+        "wrong_axis": lambda w, a: (w * ~a).sum(dim=-2),
+        "whole_matrix": lambda w, a: (w * ~a).sum(dim=(-2, -1)),
+    },
+    alternatives=[
+        lambda w, a: w.masked_fill(a, 0.0).sum(dim=-1),
+        lambda w, a: 1 - (w * a).sum(dim=-1),
+        lambda w, a: torch.einsum("...qk,qk->...q", w, (~a).to(w.dtype)),
+        lambda w, a: torch.where(a, torch.zeros_like(w), w).sum(-1),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 4. convert_mask(mask, source, target, dtype=torch.float32) between
+#    "sdpa" (bool, True = may attend), "mha" (bool, True = blocked) and
+#    "additive" (float, 0 = may attend, -inf or a very negative number = blocked)
+
+BLOCKED_AT_MOST = -1e4  # an additive entry this low is as good as -inf (its weight underflows to 0)
+
+
+def _allowed(mask, source):
+    if source == "sdpa":
+        return mask
+    if source == "mha":
+        return ~mask
+    return mask == 0
+
+
+def _from_allowed(allowed, target, dtype):
+    if target == "sdpa":
+        return allowed
+    if target == "mha":
+        return ~allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, NEG_INF)
+
+
+def convert_mask(mask, source, target, dtype=torch.float32):
+    return _from_allowed(_allowed(mask, source), target, dtype)
+
+
+def convert_cases(generator):
+    device = case_device()
+    causal5 = torch.ones(5, 5, dtype=torch.bool).tril()
+    specs = [
+        ("sdpa", "mha", causal5, torch.float32, None, "sdpa -> mha, T=5"),
+        ("mha", "sdpa", ~random_allowed(4, 6, generator), torch.float32, None, "mha -> sdpa, 4x6"),
+        ("sdpa", "additive", random_allowed(6, 6, generator), torch.float32, None, "sdpa -> additive, 6x6"),
+        ("mha", "additive", ~causal5, torch.float16, None, "mha -> additive, T=5, float16"),
+        ("additive", "sdpa", random_allowed(3, 7, generator), torch.float32, NEG_INF,
+         "additive (fill=-inf) -> sdpa, 3x7"),
+        ("additive", "mha", random_allowed(6, 6, generator), torch.float32, torch.finfo(torch.float32).min,
+         "additive (fill=finfo.min) -> mha, 6x6"),
+    ]
+    cases = []
+    for source, target, mask, dtype, fill, label in specs:
+        if fill is not None:  # an additive source mask, built from the allowed pattern
+            mask = torch.zeros(mask.shape).masked_fill(~mask, fill)
+        cases.append(Case((mask.to(device), source, target), {"dtype": dtype}, label=label))
+    return cases
+
+
+def _call_converter(fn, mask, source, target, dtype=torch.float32):
+    """Additive outputs: entries at or below -1e4 count as -inf (a large finite fill is fine)."""
+    out = fn(mask, source, target, dtype=dtype)
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        out = out.masked_fill(out <= BLOCKED_AT_MOST, NEG_INF)
+    return out
+
+
+def _mutant_converter(to_allowed=_allowed, from_allowed=_from_allowed):
+    return lambda mask, source, target, dtype=torch.float32: from_allowed(to_allowed(mask, source), target, dtype)
+
+
+def _copied(mask, source, target, dtype=torch.float32):
+    if {source, target} == {"sdpa", "mha"}:
+        return mask
+    return convert_mask(mask, source, target, dtype)
+
+
+def _where_converter(mask, source, target, dtype=torch.float32):
+    if source == "additive":
+        allowed = mask > BLOCKED_AT_MOST
+    else:
+        allowed = mask if source == "sdpa" else mask.logical_not()
+    if target == "additive":
+        return torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)
+    return allowed if target == "sdpa" else allowed.logical_not()
+
+
+CONVERT_MASK = Task(
+    id="ch1.convert_mask", exercise=EXERCISE, reference=convert_mask, cases=convert_cases, call=_call_converter,
+    mutants={
+        "copied": _copied,
+        "additive_inverted": _mutant_converter(
+            from_allowed=lambda a, t, d: _from_allowed(~a if t == "additive" else a, t, d)),
+        "float_cast": _mutant_converter(
+            from_allowed=lambda a, t, d: a.to(d) if t == "additive" else _from_allowed(a, t, d)),
+        "zero_is_blocked": _mutant_converter(
+            to_allowed=lambda m, s: m != 0 if s == "additive" else _allowed(m, s)),
+        "isinf_only": _mutant_converter(
+            to_allowed=lambda m, s: ~torch.isinf(m) if s == "additive" else _allowed(m, s)),
+    },
+    alternatives=[
+        _where_converter,
+        lambda mask, source, target, dtype=torch.float32: (
+            torch.full(mask.shape, NEG_INF, dtype=dtype, device=mask.device).masked_fill(
+                mask if source == "sdpa" else ~mask if source == "mha" else mask == 0, 0.0)
+            if target == "additive" else
+            (mask if source == "sdpa" else ~mask if source == "mha" else mask == 0) ^ (target == "mha")),
+    ],
+)
+
+TASKS = [CAUSAL_MASK, MASKED_SOFTMAX, FUTURE_WEIGHT, CONVERT_MASK]

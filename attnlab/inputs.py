@@ -1,0 +1,121 @@
+"""What a learner passes to the figure and widget helpers: sentences split into
+tokens, and checks that answer bad input with a clear message.
+
+A wrong shape, a wrong count or an unknown option raises ``ValueError`` or
+``TypeError`` with a message from the catalog (keys ``error.*``) in the
+reader's language, saying what was expected and what came, instead of an
+error from deep inside numpy or matplotlib.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import re
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .i18n import tr
+
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_PUNCTUATION = "\u3000-\u303f\uff00-\uffef"  # 。，「」 and full-width forms
+_HAS_CJK = re.compile(f"[{CJK}]")
+# one CJK character or punctuation mark, or a run of anything else but spaces
+_CHARACTER_TOKEN = re.compile(f"[{CJK}{CJK_PUNCTUATION}]|[^\\s{CJK}{CJK_PUNCTUATION}]+")
+
+
+def split_sentence(sentence: str) -> list[str]:
+    """Tokens of a sentence: words separated by spaces.
+
+    A Chinese sentence without any space is split into words with jieba when
+    it is installed (it is not a dependency of attnlab), else into characters;
+    Latin words inside it stay whole. Spaces the writer put in are kept as
+    the token boundaries.
+    """
+    if not isinstance(sentence, str):
+        raise TypeError(tr("error.sentence_type", got=describe(sentence)))
+    words = sentence.split()
+    if len(words) != 1 or not _HAS_CJK.search(sentence):
+        return words
+    try:
+        import jieba
+    except ImportError:
+        return _CHARACTER_TOKEN.findall(sentence)
+    jieba.setLogLevel(logging.WARNING)  # no "Building prefix dict" on stderr (a notebook treats it as an error)
+    return [word for word in jieba.lcut(sentence.strip()) if word.strip()]
+
+
+def describe(value) -> str:
+    """A short description of what came: the shape of a tensor, else its repr."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{type(value).__name__} {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def whole_number(name: str, value, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int in [low, high]; a bool, float or string is a TypeError."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(tr("error.whole_number", name=name, got=describe(value)))
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        if high is None:
+            raise ValueError(tr("error.at_least", name=name, low=low, got=value))
+        raise ValueError(tr("error.between", name=name, low=low, high=high, got=value))
+    return value
+
+
+def positive_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(tr("error.positive", name=name, got=describe(value)))
+    return float(value)
+
+
+def as_tokens(tokens, name: str = "tokens") -> list[str]:
+    """A list of token strings; a sentence (one string) is split with :func:`split_sentence`."""
+    if isinstance(tokens, str):
+        return split_sentence(tokens)
+    if isinstance(tokens, (torch.Tensor, np.ndarray)):
+        tokens = tokens.tolist()
+    if not isinstance(tokens, Sequence) or isinstance(tokens, bytes) or any(
+            isinstance(token, (list, tuple, dict)) for token in tokens):
+        raise TypeError(tr("error.tokens_type", name=name, got=describe(tokens)))
+    return [str(token) for token in tokens]
+
+
+def as_float_array(name: str, value) -> np.ndarray:
+    """``value`` (tensor, array, nested lists) as float64 numpy."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu", torch.float64).numpy()
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(tr("error.numbers", name=name, got=describe(value))) from None
+    return array
+
+
+def as_matrix(name: str, value) -> np.ndarray:
+    """``value`` as a non-empty 2-D float64 table [queries, keys]."""
+    array = as_float_array(name, value)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(tr("error.matrix_2d", name=name, shape=tuple(array.shape)))
+    return array
+
+
+def as_float_tensor(name: str, value) -> torch.Tensor:
+    """``value`` as a float tensor on the CPU (a learner may pass numpy or ints)."""
+    if not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(as_float_array(name, value))
+    value = value.detach().cpu()
+    return value if value.is_floating_point() else value.float()
+
+
+def drop_leading_ones(value: torch.Tensor, dims: int) -> torch.Tensor:
+    """``[1, 1, T, d]`` -> ``[T, d]``: a batch (or head) of one is read as one item."""
+    while value.dim() > dims and value.shape[0] == 1:
+        value = value[0]
+    return value

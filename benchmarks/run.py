@@ -1,0 +1,309 @@
+"""Measure every performance claim the course makes, in one run.
+
+    python -m benchmarks.run            # CPU-sized, a few minutes on 2 cores (make bench)
+    python -m benchmarks.run --full     # bigger sizes, for a bigger machine or a GPU
+    python -m benchmarks.run --smoke    # tiny sizes, seconds (the test suite runs this)
+
+Writes ``benchmarks/results/<name>.md``, ``.json`` and ``.png`` (``--name``,
+default ``cpu`` or ``gpu``), with the machine described. Every speed claim is a
+ratio of two medians measured in the same run (after warm-up), because shared
+machines are noisy; peak memory is counted exactly (attnlab.memory), so it is
+the same on every machine. With ``--publish`` the JSON is also copied to
+``attnlab/data/benchmarks.json``, from which the chapters quote their numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.attention import causal_attention
+from attnlab.blocked import blocked_attention
+from attnlab.gpt import GPT, GPTConfig, KVCache
+from attnlab.memory import peak_bytes
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PUBLISHED = ROOT / "attnlab" / "data" / "benchmarks.json"
+
+
+@dataclass
+class Sizes:
+    attention_T: tuple[int, ...]  # sequence lengths for the attention rows
+    heads: int  # H, with d = 64 and batch 1
+    block: int  # tile size of the blocked attention
+    decode_contexts: tuple[int, ...]  # context lengths for the decode rows
+    decode_tokens: int  # new tokens per decode measurement
+    repeats: int  # timed repetitions (the median is reported)
+    model: dict  # GPTConfig fields of the decode model
+
+
+SIZES = {
+    "smoke": Sizes((64, 128), 2, 32, (16, 32), 4, 2, dict(n_layer=2, n_head=4, n_embd=64)),
+    "default": Sizes((256, 1024, 4096), 4, 128, (128, 512, 2048), 16, 5, dict(n_layer=4, n_head=4, n_embd=128)),
+    "full": Sizes((256, 1024, 4096, 8192), 8, 128, (128, 512, 2048, 4096), 32, 7,
+                  dict(n_layer=6, n_head=6, n_embd=384)),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machine(device: torch.device) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "device": device.type}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def attention_rows(sizes: Sizes, device: torch.device) -> list[dict]:
+    """Naive masked attention vs SDPA (is_causal) vs blocked tile-skipping: time and peak memory."""
+    rows = []
+    for T in sizes.attention_T:
+        torch.manual_seed(0)
+        q, k, v = torch.randn(3, 1, sizes.heads, T, 64, device=device).unbind(0)  # [B, H, T, d] each
+        naive = lambda: causal_attention(q, k, v)  # noqa: E731
+        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+        sdpa_full = lambda: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+        blocked = lambda: blocked_attention(q, k, v, block=sizes.block)[0]  # noqa: E731
+        blocked_full = lambda: blocked_attention(q, k, v, block=sizes.block, causal=False)[0]  # noqa: E731
+        row = {"T": T, "H": sizes.heads, "d": 64, "block": sizes.block}
+        for name, fn in (("naive", naive), ("sdpa_causal", sdpa), ("sdpa_full", sdpa_full),
+                         ("blocked_causal", blocked), ("blocked_full", blocked_full)):
+            row[f"{name}_ms"] = 1e3 * median_seconds(fn, device, sizes.repeats)
+        for name, fn in (("naive", naive), ("sdpa_causal", sdpa), ("blocked_causal", blocked)):
+            row[f"{name}_peak_MiB"] = peak_bytes(fn) / 2**20 if device.type == "cpu" else None
+        _, counts = blocked_attention(q, k, v, block=sizes.block)
+        _, full_counts = blocked_attention(q, k, v, block=sizes.block, causal=False)
+        n = math.ceil(T / sizes.block)
+        row["flops_ratio_counted"] = counts.score_flops / full_counts.score_flops
+        row["flops_ratio_theory"] = (T + sizes.block) / (2 * T) if T % sizes.block == 0 else (n + 1) / (2 * n)
+        row["tiles_skipped"] = counts.skipped
+        row["tiles_total"] = n * n
+        row["max_abs_diff_sdpa_vs_naive"] = (sdpa() - naive()).abs().max().item()
+        row["max_abs_diff_blocked_vs_naive"] = (blocked() - naive()).abs().max().item()
+        rows.append(row)
+        print(f"  attention T={T}: naive {row['naive_ms']:.1f} ms, SDPA {row['sdpa_causal_ms']:.1f} ms, "
+              f"blocked {row['blocked_causal_ms']:.1f} ms", flush=True)
+    return rows
+
+
+def decode_rows(sizes: Sizes, device: torch.device) -> tuple[list[dict], dict]:
+    """Greedy decode tokens/s with and without the KV cache, and the cache's memory."""
+    longest = max(sizes.decode_contexts) + sizes.decode_tokens
+    config = GPTConfig(vocab_size=256, block_size=longest, **sizes.model)
+    torch.manual_seed(0)
+    model = GPT(config).to(device).eval()
+    rows = []
+    for context in sizes.decode_contexts:
+        prompt = torch.randint(0, 256, (1, context), device=device)
+        timed = {use_cache: decode_seconds(model, prompt, sizes.decode_tokens, use_cache, sizes.repeats, device)
+                 for use_cache in (True, False)}
+        same = torch.equal(model.generate(prompt, sizes.decode_tokens, use_cache=True),
+                           model.generate(prompt, sizes.decode_tokens, use_cache=False))
+        row = {"context": context, "new_tokens": sizes.decode_tokens,
+               "tokens_per_s_cache": sizes.decode_tokens / timed[True],
+               "tokens_per_s_no_cache": sizes.decode_tokens / timed[False],
+               "same_tokens": same}
+        row["speedup"] = row["tokens_per_s_cache"] / row["tokens_per_s_no_cache"]
+        rows.append(row)
+        print(f"  decode context={context}: {row['tokens_per_s_cache']:.0f} vs "
+              f"{row['tokens_per_s_no_cache']:.0f} tokens/s ({row['speedup']:.1f}x)", flush=True)
+    cache = KVCache(config, batch_size=1, max_len=longest, device=device)
+    formula = 2 * config.n_layer * 1 * config.n_head * config.head_dim * longest * 4
+    memory = {"n_layer": config.n_layer, "n_head": config.n_head, "head_dim": config.head_dim,
+              "max_len": longest, "bytes_formula": formula, "bytes_measured": cache.nbytes,
+              "parameters": model.num_parameters()}
+    return rows, memory
+
+
+@torch.no_grad()
+def decode_seconds(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool, repeats: int,
+                   device: torch.device) -> float:
+    """Median time of ``new_tokens`` greedy decode steps; the prompt's prefill is not timed.
+
+    With the cache a step feeds one token [B, 1] and reads the cached keys and
+    values; without it a step runs the whole sequence [B, t] again.
+    """
+    times = []
+    for repeat in range(repeats + 1):  # the first run is the warm-up
+        cache = KVCache(model.config, prompt.size(0), prompt.size(1) + new_tokens, device=device)
+        logits, _ = model(prompt, cache=cache if use_cache else None)
+        idx = prompt
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(new_tokens):
+            next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # [B, 1]
+            idx = torch.cat([idx, next_id], dim=1)
+            logits, _ = model(next_id, cache=cache) if use_cache else model(idx)
+        sync(device)
+        if repeat:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def grader_row() -> dict | None:
+    """Command-line grading time of one exercise notebook (when the grader exists)."""
+    try:
+        from attnlab import grader  # noqa: F401
+    except ImportError:
+        return None
+    notebook = ROOT / "solutions" / "en" / "01-causal-mask.ipynb"
+    if not notebook.exists():
+        return None
+    import subprocess
+
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", str(notebook), "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
+    return {"notebook": notebook.relative_to(ROOT).as_posix(), "seconds": time.perf_counter() - start,
+            "exit_code": done.returncode}
+
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [f"# Benchmarks ({result['size']} sizes)", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} with {m['torch_threads']} threads, "
+             f"device {m['device']}" + (f" ({m['gpu']})" if m.get("gpu") else "") + f". Run: {result['date']}.",
+             "", "Times are medians after warm-up; ratios are from this one run. Peak memory is counted "
+             "exactly by attnlab.memory (tensors only; kernel scratch buffers are not seen).", "",
+             "## Attention: naive masked vs SDPA vs blocked tile-skipping (B=1, d=64)", "",
+             "| T | H | naive ms | SDPA causal ms | SDPA full ms | causal/full SDPA | blocked causal ms "
+             "| blocked full ms | causal/full blocked | naive MiB | SDPA MiB | blocked MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    mib = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    for r in result["attention"]:
+        lines.append(f"| {r['T']} | {r['H']} | {r['naive_ms']:.2f} | {r['sdpa_causal_ms']:.2f} | "
+                     f"{r['sdpa_full_ms']:.2f} | {r['sdpa_causal_ms'] / r['sdpa_full_ms']:.2f} | "
+                     f"{r['blocked_causal_ms']:.1f} | {r['blocked_full_ms']:.1f} | "
+                     f"{r['blocked_causal_ms'] / r['blocked_full_ms']:.2f} | {mib(r['naive_peak_MiB'])} | "
+                     f"{mib(r['sdpa_causal_peak_MiB'])} | {mib(r['blocked_causal_peak_MiB'])} |")
+    lines += ["", "## Score FLOPs of blocked causal attention vs full", "",
+              "| T | block | tiles skipped / total | counted ratio | theory (T + B) / 2T |", "|---|---|---|---|---|"]
+    for r in result["attention"]:
+        lines.append(f"| {r['T']} | {r['block']} | {r['tiles_skipped']} / {r['tiles_total']} | "
+                     f"{r['flops_ratio_counted']:.4f} | {r['flops_ratio_theory']:.4f} |")
+    mem = result["kv_cache_memory"]
+    lines += ["", f"## Greedy decoding with and without the KV cache (small GPT, {mem['parameters']:,} parameters)",
+              "", "| context | new tokens | tokens/s with cache | tokens/s without | speedup | same tokens |",
+              "|---|---|---|---|---|---|"]
+    for r in result["decode"]:
+        lines.append(f"| {r['context']} | {r['new_tokens']} | {r['tokens_per_s_cache']:.0f} | "
+                     f"{r['tokens_per_s_no_cache']:.0f} | {r['speedup']:.1f}x | {r['same_tokens']} |")
+    lines += ["", "## KV-cache memory", "",
+              f"2 x layers x heads x head_dim x T x 4 bytes = 2 x {mem['n_layer']} x {mem['n_head']} x "
+              f"{mem['head_dim']} x {mem['max_len']} x 4 = {mem['bytes_formula']:,} bytes; "
+              f"measured tensor bytes: {mem['bytes_measured']:,}."]
+    if result.get("grader"):
+        g = result["grader"]
+        lines += ["", "## Grader", "", f"Grading `{g['notebook']}` from the command line (fresh kernel): "
+                  f"{g['seconds']:.1f} s (exit code {g['exit_code']})."]
+    lines += ["", "## Causal vs full", "", result["notes"], ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: pathlib.Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    Ts = [r["T"] for r in result["attention"]]
+    for key, label in (("naive_ms", "naive masked"), ("sdpa_causal_ms", "SDPA is_causal"),
+                       ("blocked_causal_ms", "blocked (tile skip)")):
+        ax1.plot(Ts, [r[key] for r in result["attention"]], marker="o", label=label)
+    ax1.set(xscale="log", yscale="log", xlabel="T", ylabel="ms", title="attention time")
+    ax1.legend(fontsize=7)
+    for key, label in (("naive_peak_MiB", "naive masked"), ("sdpa_causal_peak_MiB", "SDPA"),
+                       ("blocked_causal_peak_MiB", "blocked")):
+        values = [r[key] for r in result["attention"]]
+        if all(v is not None for v in values):
+            ax2.plot(Ts, values, marker="o", label=label)
+    ax2.set(xscale="log", yscale="log", xlabel="T", ylabel="MiB", title="peak memory (tensors)")
+    ax2.legend(fontsize=7)
+    contexts = [r["context"] for r in result["decode"]]
+    ax3.plot(contexts, [r["tokens_per_s_cache"] for r in result["decode"]], marker="o", label="KV cache")
+    ax3.plot(contexts, [r["tokens_per_s_no_cache"] for r in result["decode"]], marker="o", label="recompute")
+    ax3.set(xscale="log", yscale="log", xlabel="context", ylabel="tokens/s", title="greedy decoding")
+    ax3.legend(fontsize=7)
+    fig.savefig(path, dpi=100)
+
+
+def run(size: str, device: torch.device) -> dict:
+    sizes = SIZES[size]
+    print(f"benchmarks ({size}) on {device.type}", flush=True)
+    attention = attention_rows(sizes, device)
+    decode, memory = decode_rows(sizes, device)
+    last = attention[-1]
+    ratio = last["sdpa_causal_ms"] / last["sdpa_full_ms"]
+    notes = (f"at T={last['T']}, SDPA with is_causal=True took {ratio:.2f} of the time of SDPA without a mask "
+             f"on {device.type}; a ratio near 0.5 means the kernel skips the key tiles above the diagonal, "
+             f"near 1.0 that it computes them and masks. The blocked Python version skips them by "
+             f"construction: causal/full = {last['blocked_causal_ms'] / last['blocked_full_ms']:.2f} "
+             f"against a counted FLOP ratio of {last['flops_ratio_counted']:.2f}.")
+    return {"size": size, "date": time.strftime("%Y-%m-%d"), "machine": machine(device), "attention": attention,
+            "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,
+            "notes": notes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_const", const="full", dest="size", help="bigger sizes")
+    size.add_argument("--smoke", action="store_const", const="smoke", dest="size", help="tiny sizes (tests)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    parser.add_argument("--name", default=None, help="result file name (default: cpu or gpu)")
+    parser.add_argument("--out", default=str(RESULTS), help="folder for the result files")
+    parser.add_argument("--publish", action="store_true", help="also copy the JSON to attnlab/data/")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    result = run(args.size or "default", device)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = args.name or ("gpu" if device.type == "cuda" else "cpu")
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+    (out / f"{name}.md").write_text(markdown(result), "utf-8")
+    plot(result, out / f"{name}.png")
+    if args.publish:
+        PUBLISHED.write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+    print(f"wrote {out / name}.md, .json, .png", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The grader is honest: solutions get full marks, stubs zero, every known mistake is
+named in every language, every correct alternative gets full marks, and nothing a
+learner's function does (raise, hang, NaN, None, wrong shape, a fixed answer) crashes it.
+"""
+
+import json
+import pathlib
+import re
+import threading
+import time
+
+import nbformat
+import pytest
+import torch
+
+from attnlab import grader, i18n
+from attnlab.exercises import all_tasks, exercise_tasks
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TASKS = all_tasks()
+MUTANTS = [(task_id, name) for task_id, task in TASKS.items() for name in task.mutants]
+ALTERNATIVES = [(task_id, n) for task_id, task in TASKS.items() for n in range(len(task.alternatives))]
+EXERCISES = sorted({task.exercise for task in TASKS.values()})
+
+
+@pytest.fixture(autouse=True)
+def english():
+    i18n.set_language("en")
+    yield
+    i18n.set_language("en")
+
+
+def keys(result):
+    return {f.problem.key for f in result.failures}
+
+
+# --------------------------------------------------------------------------
+# The tasks themselves
+
+
+def test_three_chapters_eleven_tasks_and_every_task_has_mutants_alternatives_and_messages():
+    assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention"]
+    assert len(TASKS) >= 11 and len(MUTANTS) >= 40
+    catalog = i18n.catalog()
+    for task_id, task in TASKS.items():
+        assert task.mutants and task.alternatives, task_id
+        assert f"grader.task.{task_id}" in catalog, task_id
+        for name in task.mutants:
+            assert f"grader.mutant.{task_id}.{name}" in catalog, (task_id, name)
+    used = set()
+    for path in [ROOT / "attnlab" / "grader.py", *sorted((ROOT / "attnlab" / "exercises").glob("*.py"))]:
+        used |= set(re.findall(r'"(grader\.[a-z_.]+[a-z_])"', path.read_text("utf-8")))
+    assert used and not {key for key in used if key not in catalog and not key.endswith(".")}
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_the_reference_gets_full_marks_with_several_cases_of_different_sizes(task_id):
+    result = grader.grade(task_id, TASKS[task_id].reference)
+    assert result.passed and result.total >= 4, result.text()
+    labels = [case.label for case in TASKS[task_id].make_cases()]
+    assert len(set(labels)) == len(labels)  # no two cases alike
+
+
+@pytest.mark.parametrize("task_id,n", ALTERNATIVES, ids=[f"{t}-{n}" for t, n in ALTERNATIVES])
+def test_every_alternative_correct_formulation_gets_full_marks(task_id, n):
+    result = grader.grade(task_id, TASKS[task_id].alternatives[n])
+    assert result.passed, result.text()
+
+
+@pytest.mark.parametrize("task_id,name", MUTANTS, ids=[f"{t}-{n}" for t, n in MUTANTS])
+def test_every_mutant_loses_points_with_its_own_message_in_every_language(task_id, name):
+    result = grader.grade(task_id, TASKS[task_id].mutants[name])
+    key = f"grader.mutant.{task_id}.{name}"
+    assert result.points < result.total
+    assert key in keys(result), result.text()
+    for lang in i18n.LANGUAGES:
+        text = result.text(lang)
+        assert i18n.tr(key, lang=lang) in text
+        assert i18n.tr("grader.score", lang=lang, task=grader.task_title(task_id, lang),
+                       points=result.points, total=result.total) in text
+
+
+def test_mistakes_are_named_only_when_they_are_mistakes():
+    """A mutant that happens to be right on a case (no future at T=1) does not lose that case."""
+    result = grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].mutants["no_mask"])
+    assert result.points == 1 and 1 not in [f.case for f in result.failures]
+
+
+# --------------------------------------------------------------------------
+# Whatever the learner's function does, the grader answers with a clear message
+
+
+def test_a_raising_function_is_reported_with_its_exception():
+    def broken(T):
+        raise ValueError("T must be positive")
+
+    result = grader.grade("ch1.causal_mask", broken)
+    assert result.points == 0 and keys(result) == {"grader.raised"}
+    assert "ValueError: T must be positive" in result.text()
+
+
+def test_a_stub_is_not_implemented_yet_and_gets_zero():
+    def stub(T):
+        raise NotImplementedError("your turn")
+
+    result = grader.grade("ch1.causal_mask", stub)
+    assert result.points == 0 and keys(result) == {"grader.not_implemented"}
+    assert result.text().count("\n") == 1  # one line for all cases with the same message
+
+
+def test_a_hang_is_stopped_by_the_time_limit():
+    def hang(T):
+        while True:
+            pass
+
+    start = time.perf_counter()
+    result = grader.grade("ch1.causal_mask", hang, time_limit=0.2)
+    assert time.perf_counter() - start < 10
+    assert result.points == 0 and keys(result) == {"grader.timeout"}
+
+
+def test_a_hang_is_stopped_off_the_main_thread_too():
+    def sleepy(T):
+        time.sleep(3)
+
+    results = []
+    worker = threading.Thread(target=lambda: results.append(grader.grade("ch1.causal_mask", sleepy, time_limit=0.1)))
+    start = time.perf_counter()
+    worker.start()
+    worker.join()
+    assert time.perf_counter() - start < 2.5  # four cases, 0.1 s each, not 4 x 3 s
+    assert keys(results[0]) == {"grader.timeout"}
+
+
+def test_a_learner_catching_every_exception_cannot_swallow_the_time_limit():
+    def stubborn(T):
+        try:
+            while True:
+                pass
+        except Exception:
+            return torch.ones(T, T, dtype=torch.bool).tril()
+
+    assert keys(grader.grade("ch1.causal_mask", stubborn, time_limit=0.1)) == {"grader.timeout"}
+
+
+def test_an_outer_alarm_keeps_running_after_a_check():
+    import signal
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *args: fired.append(True))
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    try:
+        grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].reference)
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining < 30.0 and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_none_wrong_shape_dtype_device_and_nan_each_have_a_message():
+    cases = {
+        "grader.none": lambda T: None,
+        "grader.shape": lambda T: torch.ones(T + 1, T, dtype=torch.bool).tril(),
+        "grader.dtype": lambda T: torch.ones(T, T).tril(),
+        "grader.device": lambda T: torch.ones(T, T, dtype=torch.bool, device="meta"),
+        "grader.not_tensor": lambda T: [[True] * T] * T,
+    }
+    for key, fn in cases.items():
+        result = grader.grade("ch1.causal_mask", fn)
+        assert result.points == 0 and key in keys(result), (key, result.text())
+    nan = grader.grade("ch1.masked_softmax", lambda s, a: s.masked_fill(~a, float("nan")).softmax(dim=-1))
+    assert nan.points == 0 and keys(nan) == {"grader.nan"}
+    assert "NaN at [0, 0]" in nan.text()
+
+
+def test_a_hard_coded_answer_is_caught():
+    worked_example = torch.ones(4, 4, dtype=torch.bool).tril()
+    result = grader.grade("ch1.causal_mask", lambda T: worked_example)
+    assert result.points == 0 and keys(result) == {"grader.hardcoded"}
+    fixed_number = grader.grade("ch3.score_flops", lambda T, block, d: 192)
+    assert fixed_number.points == 0 and keys(fixed_number) == {"grader.hardcoded"}
+
+
+def test_a_random_answer_is_caught():
+    result = grader.grade("ch1.future_weight", lambda w, a: (w * ~a).sum(-1) + 1e-3 * torch.rand(w.shape[:-1]))
+    assert result.points == 0 and "grader.random_output" in keys(result)
+
+
+def test_the_failure_line_says_what_was_expected_and_what_came_back():
+    result = grader.grade("ch1.masked_softmax", lambda s, a: s.masked_fill(~a, -5.0).softmax(dim=-1))
+    line = result.text().splitlines()[1]
+    assert re.search(r"case 1 \(T=5\): at \[\d+, \d+\] expected [\d.]+, got [\d.]+", line), line
+    de = result.text("de").splitlines()[1]
+    assert de.startswith("  Fall 1 (T=5): an [") and "erwartet" in de and "zurück kam" in de
+    assert "处应为" in result.text("zh")
+
+
+def test_check_never_raises_and_prints_one_block():
+    for args in [("ch1.causal_mask", lambda T: 1 / 0), ("ch1.no_such_task", print),
+                 ("ch1.causal_mask", torch.ones(3)), ("ch2.mha_forward", object)]:
+        grader.check(*args)  # prints, never raises
+    result = grader.grade("ch1.no_such_task", print)
+    assert result.problem.key == "grader.unknown_task" and "ch1.causal_mask" in result.text()
+    assert grader.grade("ch1.causal_mask", torch.ones(3)).problem.key == "grader.not_callable"
+
+
+def test_check_leaves_the_notebooks_random_numbers_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    grader.check("ch3.attention_forward", TASKS["ch3.attention_forward"].reference)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_an_in_place_edit_of_the_input_is_fine_and_changes_no_case():
+    result = grader.grade("ch1.masked_softmax", lambda s, a: s.masked_fill_(~a, float("-inf")).softmax(dim=-1))
+    assert result.passed, result.text()
+
+
+def test_dropout_in_training_must_be_random_and_unbiased():
+    """A manual dropout (other random numbers than SDPA's) is fine; no dropout, or no rescaling, is not."""
+    from attnlab.exercises import ch3
+
+    assert grader.grade("ch3.attention_forward", ch3._manual_dropout).passed
+    ignored = grader.grade("ch3.attention_forward", TASKS["ch3.attention_forward"].mutants["dropout_ignored"])
+    assert ignored.points == ignored.total - 1
+
+
+def test_results_round_trip_through_json():
+    result = grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].mutants["inverted"])
+    again = grader.Result.from_dict(json.loads(json.dumps(result.as_dict())))
+    for lang in i18n.LANGUAGES:
+        assert again.text(lang) == result.text(lang)
+
+
+# --------------------------------------------------------------------------
+# Notebooks: stored solutions, stubs and the command line
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_every_solution_notebook_shows_full_marks_for_every_task(exercise, lang):
+    """nbval proves these outputs are what a fresh run gives."""
+    nb = nbformat.read(ROOT / "solutions" / lang / f"{exercise}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    points = sum(len(TASKS[t].make_cases()) for t in exercise_tasks(exercise))
+    for task_id in exercise_tasks(exercise):
+        n = len(TASKS[task_id].make_cases())
+        assert "✓ " + i18n.tr("grader.score", lang=lang, task=grader.task_title(task_id, lang), points=n, total=n) in text
+    assert "✗" not in text
+    assert i18n.tr("grader.total", lang=lang, points=points, total=points) in text

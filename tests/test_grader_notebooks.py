@@ -1,0 +1,89 @@
+"""The grader on whole notebooks, each run in a fresh kernel (the command line's way):
+every solution gets full marks, every stub zero, progress over a folder, a hanging cell.
+
+Kept apart from test_grader.py so that pytest-xdist (--dist loadfile) runs the two
+files on different workers.
+"""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from attnlab import grader, i18n
+from attnlab.exercises import all_tasks, exercise_tasks
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXERCISES = sorted({task.exercise for task in all_tasks().values()})
+
+
+def grade_cli(*args, cwd=ROOT):
+    run = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", *map(str, args)], cwd=cwd,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_command_line_gives_every_solution_full_marks_and_writes_json(tmp_path):
+    out = grade_cli(ROOT / "solutions" / "en", "--out", tmp_path)
+    progress = json.loads((tmp_path / "progress.json").read_text("utf-8"))
+    assert progress["points"] == progress["total"] > 0
+    for exercise in EXERCISES:
+        graded = json.loads((tmp_path / f"{exercise}.grade.json").read_text("utf-8"))
+        assert graded["points"] == graded["total"] and list(graded["tasks"]) == exercise_tasks(exercise)
+        assert (tmp_path / f"{exercise}.grade.txt").read_text("utf-8").startswith(f"Grades for {exercise}")
+        assert f"{exercise}: {graded['points']}/{graded['total']} points" in out
+
+
+@pytest.mark.parametrize("lang", i18n.LANGUAGES)
+def test_every_stub_scores_zero_without_crashing(tmp_path, lang):
+    for exercise in EXERCISES:
+        graded = grader.grade_notebook(ROOT / "exercises" / lang / f"{exercise}.ipynb")
+        assert graded["language"] == lang and graded["points"] == 0 and graded["total"] > 0
+        for result in graded["tasks"].values():
+            failures = grader.Result.from_dict(result).failures
+            assert failures and {f.problem.key for f in failures} == {"grader.not_implemented"}
+
+
+def solve(nb, solution, task_cells):
+    """Copy the solution's code into the stub's cells with these ids."""
+    for cell in nb.cells:
+        if cell.id in task_cells:
+            cell.source = next(c.source for c in solution.cells if c.id == cell.id)
+
+
+def test_progress_over_a_folder_with_a_few_tasks_solved(tmp_path):
+    folder = tmp_path / "exercises" / "de"
+    shutil.copytree(ROOT / "exercises" / "de", folder)
+    nb = nbformat.read(folder / "01-causal-mask.ipynb", as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / "de" / "01-causal-mask.ipynb", as_version=4)
+    definitions = [c.id for c in nb.cells if c.cell_type == "code" and c.source.startswith("def ")]
+    solve(nb, solution, definitions[:2])  # the causal mask and the masked softmax
+    nbformat.write(nb, folder / "01-causal-mask.ipynb")
+    out = grade_cli(folder)
+    print(out)
+    assert "01-causal-mask: 8/18 Punkte" in out
+    assert "✓ kausale Maske: 4/4" in out and "✗ Masken-Konventionen: 0/6" in out
+    assert "02-multi-head-attention: 0/12 Punkte" in out
+    assert out.strip().endswith("Gesamt: 8/52 Punkte")
+    assert (folder / "progress.json").exists() and (folder / "01-causal-mask.grade.txt").exists()
+
+
+def test_a_hanging_cell_is_interrupted_and_later_checks_still_count(tmp_path):
+    nb = nbformat.read(ROOT / "solutions" / "en" / "03-sdpa-flash-attention.ipynb", as_version=4)
+    first_check = next(n for n, c in enumerate(nb.cells) if "check(" in c.source)
+    nb.cells.insert(first_check, nbformat.v4.new_code_cell("import time\n\ntime.sleep(3600)", id="hang"))
+    path = tmp_path / "03-sdpa-flash-attention.ipynb"
+    nbformat.write(nb, path)
+    graded = grader.grade_notebook(path, cell_timeout=30)  # generous: the other cells must not time out
+    assert graded["points"] == graded["total"] > 0
+
+
+def test_without_nbclient_the_command_line_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nbclient", None)
+    with pytest.raises(SystemExit, match="pip install nbclient ipykernel"):
+        grader.grade_notebook(ROOT / "exercises" / "en" / "01-causal-mask.ipynb")

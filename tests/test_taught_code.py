@@ -1,0 +1,138 @@
+"""The code that chapters 2 and 3 show in the notebook is the code of the package.
+
+Chapter 2 writes ``split_heads``, ``merge_heads`` and ``MultiHeadAttention`` in a
+cell, chapter 3 writes ``tile_kind`` and ``blocked_attention``; the package holds
+the same definitions (``attnlab.multihead``, ``attnlab.blocked``). Compared as
+syntax trees without docstrings, comments and type annotations (the notebook's
+comments are in the reader's language), and by running both on the same input.
+"""
+
+import ast
+import inspect
+import math
+
+import nbformat
+import pytest
+import torch
+
+from attnlab import blocked, multihead
+from tools import notebooks
+
+
+def notebook_cells(chapter: str, lang: str = "en") -> list[str]:
+    nb = nbformat.read(notebooks.ROOT / "chapters" / lang / f"{chapter}.ipynb", as_version=4)
+    return [cell.source for cell in nb.cells if cell.cell_type == "code" and cell.id != "setup"]
+
+
+def definition(source: str, name: str) -> ast.AST:
+    """The def/class ``name`` in ``source``, without docstrings and annotations."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return normalized(node)
+    raise LookupError(name)
+
+
+def normalized(node: ast.AST) -> ast.AST:
+    for child in ast.walk(node):
+        body = getattr(child, "body", None)
+        if (isinstance(child, (ast.FunctionDef, ast.ClassDef)) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            child.body = body[1:] or [ast.Pass()]
+        if isinstance(child, ast.FunctionDef):
+            child.returns = None
+            for arg in child.args.args + child.args.kwonlyargs:
+                arg.annotation = None
+    return node
+
+
+def defined_in(cells: list[str], name: str) -> str:
+    matches = [cell for cell in cells if any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name
+                                             for n in ast.parse(cell).body)]
+    assert len(matches) == 1, f"{name} should be defined in exactly one cell"
+    return matches[0]
+
+
+def run_cells(cells: list[str], names: list[str]) -> dict:
+    """Execute the import cell and the cells that define ``names``; return the namespace."""
+    namespace: dict = {}
+    exec("import attnlab", namespace)  # what the generated setup cell imports
+    exec(cells[0], namespace)  # the chapter's imports
+    for cell in dict.fromkeys(defined_in(cells, name) for name in names):
+        exec(cell, namespace)
+    return namespace
+
+
+CHAPTER_2 = "02-multi-head-attention"
+CHAPTER_3 = "03-sdpa-flash-attention"
+
+
+@pytest.mark.parametrize("name", ["split_heads", "merge_heads", "MultiHeadAttention"])
+def test_chapter_2_shows_the_package_code(name):
+    shown = definition(defined_in(notebook_cells(CHAPTER_2), name), name)
+    package = definition(inspect.getsource(multihead), name)
+    assert ast.dump(shown) == ast.dump(package)
+
+
+@pytest.mark.parametrize("name", ["tile_kind", "blocked_attention"])
+def test_chapter_3_shows_the_package_code(name):
+    shown = definition(defined_in(notebook_cells(CHAPTER_3), name), name)
+    package = definition(inspect.getsource(blocked), name)
+    assert ast.dump(shown) == ast.dump(package)
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_the_notebook_module_computes_what_the_package_module_computes(lang):
+    namespace = run_cells(notebook_cells(CHAPTER_2, lang), ["split_heads", "merge_heads", "MultiHeadAttention"])
+    config = multihead.AttentionConfig(d_model=48, n_heads=6, bias=True)
+    torch.manual_seed(0)
+    package = multihead.MultiHeadAttention(config).eval()
+    shown = namespace["MultiHeadAttention"](config).eval()
+    shown.load_state_dict(package.state_dict())  # same parameter names, same shapes
+    x = torch.randn(3, 7, 48)
+    with torch.no_grad():
+        assert torch.equal(shown(x), package(x))
+        assert torch.equal(shown.weights(x), package.weights(x))
+
+
+def test_the_notebook_blocked_attention_computes_what_the_package_computes():
+    namespace = run_cells(notebook_cells(CHAPTER_3), ["tile_kind", "blocked_attention"])
+    torch.manual_seed(0)
+    q_all, k, v = torch.randn(3, 2, 3, 45, 8).unbind(0)
+    for q, block, causal in [(q_all, 8, True), (q_all[..., -13:, :], 6, True), (q_all, 16, False)]:
+        shown_out, shown_counts = namespace["blocked_attention"](q, k, v, block=block, causal=causal)
+        out, counts = blocked.blocked_attention(q, k, v, block=block, causal=causal)
+        assert torch.equal(shown_out, out) and shown_counts == counts
+    assert counts.skipped == 0 and counts.full == math.ceil(45 / 16) ** 2
+
+
+def run_with_changes(chapter: str, changes: list[tuple[str, str]]) -> dict:
+    """Run a chapter's code cells after the reader's edits (timing cells skipped)."""
+    namespace: dict = {}
+    exec("import attnlab", namespace)
+    for source in notebook_cells(chapter):
+        for old, new in changes:
+            source = source.replace(old, new)
+        if "best_time" not in source:
+            exec(source, namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("changes", [
+    [("AttentionConfig(d_model=128, n_heads=4)", "AttentionConfig(d_model=96, n_heads=8)"), ("B, T = 2, 6", "B, T = 1, 3")],
+    [("AttentionConfig(d_model=128, n_heads=4)", "AttentionConfig(d_model=64, n_heads=1)"), ("B, T = 2, 6", "B, T = 3, 12")],
+], ids=["H8-T3", "H1-T12"])
+def test_chapter_2_runs_with_other_sizes(changes):
+    for old, _ in changes:
+        assert any(old in cell for cell in notebook_cells(CHAPTER_2)), old
+    namespace = run_with_changes(CHAPTER_2, changes)
+    assert namespace["per_head"].shape[-1] == len(namespace["tokens"])
+
+
+def test_chapter_3_runs_with_other_block_sizes():
+    changes = [("for block in (16, 64):", "for block in (7, 300):"),
+               ("tile_explorer(T=32, blocks=(4, 8, 16))", "tile_explorer(T=20, blocks=(3, 32))"),
+               ("T_kv, T_q = 5, 2", "T_kv, T_q = 9, 1"), ("sizes = [256, 512, 1024, 2048]", "sizes = [64, 128]")]
+    for old, _ in changes:
+        assert any(old in cell for cell in notebook_cells(CHAPTER_3)), old
+    namespace = run_with_changes(CHAPTER_3, changes)
+    assert namespace["counts"].skipped == 0  # block 300 > T = 200: one diagonal tile, nothing skipped
