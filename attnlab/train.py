@@ -2,7 +2,9 @@
 
 Deterministic: the windows come from a seeded ``torch.Generator`` and the
 weights from ``torch.manual_seed``, so the same call gives the same losses on
-the same machine.
+the same machine. Training runs on one CPU thread by default: how a float sum
+is split between threads changes its last bits, and over hundreds of steps
+those bits change the printed losses.
 """
 
 from __future__ import annotations
@@ -27,9 +29,23 @@ def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
 
 
 def train(model: GPT, data: torch.Tensor, steps: int, batch_size: int = 16, block_size: int | None = None,
-          lr: float = 3e-3, seed: int = 0) -> list[float]:
-    """Train ``model`` in place on ``data`` [N] for ``steps`` steps; returns the loss of every step."""
-    block_size = block_size or model.config.block_size
+          lr: float = 3e-3, seed: int = 0, num_threads: int | None = 1) -> list[float]:
+    """Train ``model`` in place on ``data`` [N] for ``steps`` steps; returns the loss of every step.
+
+    ``num_threads`` CPU threads during training (then torch's setting is
+    restored); ``None`` keeps torch's setting.
+    """
+    previous = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return _train(model, data, steps, batch_size, block_size or model.config.block_size, lr, seed)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(model: GPT, data: torch.Tensor, steps: int, batch_size: int, block_size: int, lr: float,
+           seed: int) -> list[float]:
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     model.train()
