@@ -103,6 +103,7 @@ class StepStats:
     start: float  # perf_counter() when the step began
     computed: float  # ... when its tiles were done
     done: float  # ... when the next block had arrived
+    cpu: float = 0.0  # CPU seconds of this thread while computing (on a GPU: only the launches)
 
     @property
     def busy(self) -> float:
@@ -154,14 +155,15 @@ def ring_attention(q, k, v, layout="contiguous", causal=True, block=64, group=No
         source = (rank - step) % P  # whose keys and values we hold now
         if step < P - 1:
             k_next, v_next, requests = pass_on(k, v, group)  # travels while we compute
+        cpu = time.thread_time()
         counts = attend_tiles(states, q, k, v, positions[rank], positions[source], block, causal)
-        computed = clock(q.device)
+        computed, cpu = clock(q.device), time.thread_time() - cpu
         sent = 0
         if step < P - 1:
             for request in requests:
                 request.wait()
             k, v, sent = k_next, v_next, k.nbytes + v.nbytes
-        stats.steps.append(StepStats(source, counts, sent, start, computed, clock(q.device)))
+        stats.steps.append(StepStats(source, counts, sent, start, computed, clock(q.device), cpu))
     return finish_states(states, q.dtype), stats
 
 
@@ -179,7 +181,7 @@ def allgather_attention(q, k, v, layout="contiguous", causal=True, block=64, gro
     v_all = [torch.empty_like(v) for _ in range(P)]
     dist.all_gather(k_all, k, group=group)
     dist.all_gather(v_all, v, group=group)
-    gathered = clock(q.device)
+    gathered, cpu = clock(q.device), time.thread_time()
     states = start_states(q, v.shape[-1], block)
     counts = TileCounts()
     for source in range(P):
@@ -189,7 +191,7 @@ def allgather_attention(q, k, v, layout="contiguous", causal=True, block=64, gro
     end = clock(q.device)
     sent = (P - 1) * (k.nbytes + v.nbytes)  # what a ring all-gather sends per rank
     gather = StepStats(-1, TileCounts(), sent, start, start, gathered)  # waiting only, nothing to compute yet
-    return out, RingStats(rank, [gather, StepStats(rank, counts, 0, gathered, end, end)])
+    return out, RingStats(rank, [gather, StepStats(rank, counts, 0, gathered, end, end, time.thread_time() - cpu)])
 
 
 def pass_around(k, v, group=None) -> list[float]:
@@ -300,6 +302,7 @@ class RankReport:
     rank: int
     steps: list[dict]  # per step: source, full, diagonal, skipped, score_flops, bytes_sent
     timings: list[list[tuple[float, float, float]]]  # per repeat, per step: (start, computed, done) since t0
+    cpu: list[list[float]] = field(default_factory=list)  # per repeat, per step: CPU seconds computing
     max_abs_diff: float | None = None
     peak_bytes: int | None = None
     kv_bytes: int = 0  # bytes of K and V this rank starts with
@@ -337,7 +340,13 @@ class JobResult:
         return max(self.timeline(r)[-1][2] for r in range(len(self.ranks)))
 
     def busy(self, rank: int) -> float:
+        """Wall-clock seconds the rank spent computing (best run)."""
         return sum(c - s for s, c, _ in self.timeline(rank))
+
+    def busy_cpu(self, rank: int) -> float:
+        """CPU seconds the rank spent computing, least over the timed runs: what it would take
+        with a core of its own, whatever else the machine was doing."""
+        return min(sum(run) for run in self.ranks[rank].cpu)
 
 
 def make_inputs(job: RingJob, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
@@ -383,7 +392,8 @@ def run_jobs(jobs: list[RingJob], device: torch.device, group=None) -> list[Rank
             t0 = clock(device)
             out, stats = method(q, k, v, **kwargs)
             report.timings.append([(s.start - t0, s.computed - t0, s.done - t0) for s in stats.steps])
-        report.timings = report.timings[-job.repeats:]
+            report.cpu.append([s.cpu for s in stats.steps])
+        report.timings, report.cpu = report.timings[-job.repeats:], report.cpu[-job.repeats:]
         report.steps = [{"source": s.source, "full": s.counts.full, "diagonal": s.counts.diagonal,
                          "skipped": s.counts.skipped, "score_flops": s.counts.score_flops,
                          "bytes_sent": s.bytes_sent} for s in stats.steps]

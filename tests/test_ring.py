@@ -51,7 +51,8 @@ def test_every_rank_counts_the_work_of_the_closed_form(results):
             assert [s["source"] for s in report.steps] == [(report.rank - t) % P for t in range(P)]
             kv_block = 2 * HEADS * (T // P) * D * 4  # K and V of one shard, float32
             assert [s["bytes_sent"] for s in report.steps] == [kv_block] * (P - 1) + [0]
-            assert len(report.timings[0]) == P
+            assert len(report.timings[0]) == P and len(report.cpu[0]) == P
+            assert result.busy_cpu(report.rank) > 0 and result.busy(report.rank) > 0
 
 
 def test_the_schedule_predicts_what_the_processes_did(results):
