@@ -30,6 +30,8 @@ from torch import nn
 
 from .attention import attention
 from .mask_builder import build_mask
+from .i18n import tr
+from .inputs import describe, whole_number
 from .masks import causal_allowed_from_indices
 from .multihead import merge_heads, split_heads
 from .rope import apply_rope
@@ -96,9 +98,15 @@ class KVCache:
 
     def __init__(self, config: GPTConfig, batch_size: int, max_len: int | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
-        max_len = max_len or config.block_size
-        if max_len > config.block_size:
-            raise ValueError(f"max_len={max_len} exceeds the model's block_size={config.block_size}")
+        if not isinstance(config, GPTConfig):
+            raise TypeError(tr("error.cache_config", got=describe(config)))
+        batch_size = whole_number("batch_size", batch_size, low=1)
+        if max_len is None:
+            max_len = config.block_size
+        else:
+            max_len = whole_number("max_len", max_len)
+            if not 1 <= max_len <= config.block_size:
+                raise ValueError(tr("error.cache_max_len", block_size=config.block_size, got=max_len))
         shape = (config.n_layer, batch_size, config.kv_heads, max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
@@ -108,15 +116,41 @@ class KVCache:
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store [B, H, T_new, d] keys and values at ``pos``; return all of them, [B, H, pos+T_new, d]."""
+        self.check_new(layer, k_new, v_new)
         end = self.pos + k_new.size(-2)
-        if end > self.max_len:
-            raise ValueError(f"the cache holds {self.max_len} positions; {end} were asked for")
         self.k[layer, :, :, self.pos:end] = k_new
         self.v[layer, :, :, self.pos:end] = v_new
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
     def advance(self, n: int) -> None:
+        """Mark ``n`` more positions as filled (after every layer has stored them)."""
+        n = whole_number("n", n, low=0)
+        self.check_room(n)
         self.pos += n
+
+    def check_new(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
+        L, B, H, _, d = self.k.shape
+        whole_number("layer", layer, 0, L - 1)
+        if (k_new.dim() != 4 or k_new.shape != v_new.shape
+                or (k_new.size(0), k_new.size(1), k_new.size(3)) != (B, H, d)):
+            raise ValueError(tr("error.cache_shape", B=B, H=H, d=d, k=tuple(k_new.shape), v=tuple(v_new.shape)))
+        self.check_room(k_new.size(-2))
+
+    def check_room(self, n: int) -> None:
+        if self.pos + n > self.max_len:
+            raise ValueError(tr("error.cache_full", max_len=self.max_len, pos=self.pos, n=n, need=self.pos + n))
+
+    def check_fits(self, config: GPTConfig, batch_size: int, T_new: int) -> None:
+        """Clear errors before a forward pass: a cache of another model or batch, or one that is full."""
+        if not config.causal:
+            raise ValueError(tr("error.cache_bidirectional"))
+        L, B, H, _, d = self.k.shape
+        if (L, H, d) != (config.n_layer, config.n_head, config.head_dim):
+            raise ValueError(tr("error.cache_model", L=L, H=H, d=d, model_L=config.n_layer,
+                                model_H=config.n_head, model_d=config.head_dim))
+        if B != batch_size:
+            raise ValueError(tr("error.cache_batch", cache_B=B, B=batch_size))
+        self.check_room(T_new)
 
     @property
     def nbytes(self) -> int:
@@ -243,13 +277,16 @@ class GPT(nn.Module):
 
     def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """tokens [B, T] -> the final normalized hidden states [B, T, D] (what the head reads)."""
-        if idx.dim() != 2 or idx.dtype != torch.long:
-            raise ValueError(f"idx must be a [B, T] tensor of token ids (torch.long), got "
-                             f"{tuple(idx.shape)} {idx.dtype}")
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+            got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
+            raise ValueError(tr("error.gpt_idx", got=got))
         B, T = idx.shape
+        if cache is not None:
+            cache.check_fits(self.config, B, T)
         start = cache.pos if cache is not None else 0  # a decoded token keeps its place in the sequence
         if start + T > self.config.block_size:
-            raise ValueError(f"positions {start}..{start + T - 1} exceed block_size={self.config.block_size}")
+            raise ValueError(tr("error.block_size", first=start, last=start + T - 1,
+                                block_size=self.config.block_size))
         positions = torch.arange(start, start + T, device=idx.device)  # [T]
         x = self.token_embedding(idx)  # [B, T, D]
         if self.position_embedding is not None:  # RoPE instead rotates q and k inside attention
@@ -272,10 +309,11 @@ class GPT(nn.Module):
         every step recomputes the whole sequence. Both give the same tokens.
         """
         if not self.config.causal and use_cache:
-            raise ValueError("a KV cache is only valid for a causal model (chapter 7)")
+            raise ValueError(tr("error.cache_bidirectional"))
+        max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=0)
         T_total = idx.size(1) + max_new_tokens
         if T_total > self.config.block_size:
-            raise ValueError(f"{idx.size(1)} + {max_new_tokens} tokens exceed block_size={self.config.block_size}")
+            raise ValueError(tr("error.block_size", first=0, last=T_total - 1, block_size=self.config.block_size))
         cache = KVCache(self.config, idx.size(0), T_total, device=idx.device,
                         dtype=self.token_embedding.weight.dtype) if use_cache else None
         logits, _ = self(idx, cache=cache)  # prefill: [B, T0, V]

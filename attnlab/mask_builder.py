@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 
 from .i18n import tr
+from .inputs import describe, whole_number
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 MASK_KINDS = ("causal", "strict", "bidirectional", "prefix_lm", "sliding_window", "cross")
@@ -43,12 +44,7 @@ MASK_KINDS = ("causal", "strict", "bidirectional", "prefix_lm", "sliding_window"
 
 def mask_mod(kind: str, *, prefix: int | None = None, window: int | None = None) -> MaskMod:
     """The rule of one mask type as ``mask_mod(b, h, q_idx, kv_idx)`` (True = may read)."""
-    if kind not in MASK_KINDS:
-        raise ValueError(f"unknown mask kind {kind!r}; choose one of {', '.join(MASK_KINDS)}")
-    if kind == "prefix_lm" and (prefix is None or prefix < 0):
-        raise ValueError("prefix_lm needs prefix=<number of prefix tokens, >= 0>")
-    if kind == "sliding_window" and (window is None or window < 1):
-        raise ValueError("sliding_window needs window=<number of keys a query sees, >= 1>")
+    kind, prefix, window = check_mask_options(kind, prefix, window)
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx
@@ -70,16 +66,31 @@ def mask_mod(kind: str, *, prefix: int | None = None, window: int | None = None)
     return rules[kind]
 
 
+def check_mask_options(kind, prefix, window) -> tuple[str, int | None, int | None]:
+    """A known kind, and exactly the options it uses (a prefix for prefix_lm, a window for sliding_window)."""
+    if not isinstance(kind, str) or kind not in MASK_KINDS:
+        raise ValueError(tr("error.kind", options=", ".join(MASK_KINDS), got=describe(kind)))
+    owner = {"prefix": "prefix_lm", "window": "sliding_window"}  # the kind that uses each option
+    for name, value in (("prefix", prefix), ("window", window)):
+        if owner[name] == kind and value is None:
+            raise ValueError(tr("error.mask_needs", kind=kind, name=name))
+        if owner[name] != kind and value is not None:
+            raise ValueError(tr("error.mask_extra", kind=kind, name=name, other=owner[name]))
+    if prefix is not None:
+        prefix = whole_number("prefix", prefix, low=0)
+    if window is not None:
+        window = whole_number("window", window, low=1)
+    return kind, prefix, window
+
+
 def build_mask(kind: str, T_q: int, T_kv: int | None = None, *, prefix: int | None = None,
                window: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Dense boolean mask [T_q, T_kv], True = may read; queries are the last T_q positions."""
-    T_kv = T_q if T_kv is None else T_kv
-    if T_q < 1 or T_kv < 1:
-        raise ValueError(f"T_q and T_kv must be >= 1, got {T_q} and {T_kv}")
-    if kind != "cross" and T_q > T_kv:
-        raise ValueError(f"self-attention needs T_q <= T_kv (queries are the last T_q of the T_kv "
-                         f"positions); got T_q={T_q}, T_kv={T_kv}")
+    T_q = whole_number("T_q", T_q, low=1)
+    T_kv = T_q if T_kv is None else whole_number("T_kv", T_kv, low=1)
     rule = mask_mod(kind, prefix=prefix, window=window)
+    if kind != "cross" and T_q > T_kv:
+        raise ValueError(tr("error.mask_more_queries", T_q=T_q, T_kv=T_kv))
     offset = 0 if kind == "cross" else T_kv - T_q
     q_idx = torch.arange(offset, offset + T_q, device=device)[:, None]  # [T_q, 1]
     kv_idx = torch.arange(T_kv, device=device)[None, :]  # [1, T_kv]

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import attnlab
 from attnlab.mask_builder import MASK_KINDS, build_mask, mask_mod
 from attnlab.masks import causal_allowed, causal_allowed_from_indices
 
@@ -28,15 +29,47 @@ def test_causal_agrees_with_chapter_1():
     assert not build_mask("strict", 4)[0].any()  # row 0 reads nothing
 
 
-def test_clear_errors():
-    with pytest.raises(ValueError, match="unknown mask kind 'casual'"):
-        build_mask("casual", 4)
-    with pytest.raises(ValueError, match="prefix"):
-        build_mask("prefix_lm", 4)
-    with pytest.raises(ValueError, match="window"):
-        build_mask("sliding_window", 4, window=0)
-    with pytest.raises(ValueError, match="T_q <= T_kv"):
-        build_mask("causal", 5, 3)
+def test_natural_readings_are_accepted():
+    assert torch.equal(build_mask("causal", torch.tensor(4)), causal_allowed(4))  # a 0-d integer tensor
+    assert torch.equal(build_mask("prefix_lm", 4, prefix=9), build_mask("bidirectional", 4))  # prefix beyond T
+
+
+CASES = [  # (exception, call, English words, German words)
+    (ValueError, lambda: build_mask("casual", 4), ["kind must be one of causal, strict", "got 'casual'"],
+     ["kind muss einer dieser Werte sein"]),
+    (ValueError, lambda: build_mask("prefix_lm", 4), ["A prefix_lm mask needs prefix", 'build_mask("prefix_lm", 8, prefix=3)'],
+     ["Eine prefix_lm-Maske braucht prefix"]),
+    (ValueError, lambda: build_mask("causal", 4, window=2), ["window only applies to the sliding_window mask",
+                                                             'kind="sliding_window"'], ["window gilt nur für"]),
+    (ValueError, lambda: build_mask("sliding_window", 4, window=0), ["window must be at least 1; got 0"],
+     ["window muss mindestens 1 sein"]),
+    (TypeError, lambda: build_mask("sliding_window", 4, window=2.0), ["window must be a whole number; got 2.0"],
+     ["window muss eine ganze Zahl sein"]),
+    (ValueError, lambda: build_mask("prefix_lm", 4, prefix=-1), ["prefix must be at least 0; got -1"],
+     ["prefix muss mindestens 0 sein"]),
+    (ValueError, lambda: build_mask("causal", 0), ["T_q must be at least 1; got 0"], ["T_q muss mindestens 1 sein"]),
+    (TypeError, lambda: build_mask("causal", 4.0), ["T_q must be a whole number; got 4.0"],
+     ["T_q muss eine ganze Zahl sein"]),
+    (ValueError, lambda: build_mask("causal", 5, 3), ["more queries than keys (T_q = 5 > T_kv = 3)", 'kind="cross"'],
+     ["nicht mehr Queries als Keys"]),
+]
+
+
+@pytest.mark.parametrize("exception, call, english, german", CASES)
+def test_bad_input_gets_a_clear_message_in_the_readers_language(exception, call, english, german):
+    for lang, words in (("en", english), ("de", german)):
+        attnlab.setup(lang)
+        try:
+            with pytest.raises(exception) as error:
+                call()
+        finally:
+            attnlab.setup("en")
+        for word in words:
+            assert word in str(error.value), (lang, str(error.value))
+
+
+def test_cross_may_have_more_queries_than_keys():
+    assert build_mask("cross", 5, 3).all()
 
 
 @pytest.mark.parametrize("kind", ["causal", "prefix_lm", "sliding_window", "bidirectional"])
