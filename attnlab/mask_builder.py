@@ -23,6 +23,10 @@ kind                      query i may read key j when
 ``cross``                 always; queries and keys come from different sequences
                           (the decoder reading the encoder in T5)
 ========================  ======================================================
+
+Chapter 8 adds rules that differ per row of a batch (:func:`padding_mod`,
+:func:`document_mod`), :func:`and_masks` / :func:`or_masks` to combine rules,
+and :func:`batch_mask` for a dense [B, 1, T_q, T_kv] mask.
 """
 
 from __future__ import annotations
@@ -92,3 +96,87 @@ def build_mask(kind: str, T_q: int, T_kv: int | None = None, *, prefix: int | No
     kv_idx = torch.arange(T_kv, device=device)[None, :]  # [1, T_kv]
     zero = torch.zeros((), dtype=torch.long, device=device)
     return rule(zero, zero, q_idx, kv_idx).expand(T_q, T_kv).clone()  # [T_q, T_kv]
+
+
+# Chapter 8: masks for a batch. Padding and packed documents differ from row to
+# row of the batch, so their rules read tensors indexed by the batch index b.
+# They are still mask_mods, so they combine with the rules above by and / or,
+# as Hugging Face's ``create_causal_mask`` combines ``kv <= q`` with padding.
+
+def and_masks(*mods: MaskMod) -> MaskMod:
+    """A query may read a key only if every rule allows it (intersection)."""
+    if not mods:
+        raise ValueError(tr("ch8.err_no_rules"))
+
+    def every(b, h, q_idx, kv_idx):
+        allowed = mods[0](b, h, q_idx, kv_idx)
+        for mod in mods[1:]:
+            allowed = allowed & mod(b, h, q_idx, kv_idx)
+        return allowed
+
+    return every
+
+
+def or_masks(*mods: MaskMod) -> MaskMod:
+    """A query may read a key if any rule allows it (union)."""
+    if not mods:
+        raise ValueError(tr("ch8.err_no_rules"))
+
+    def any_of(b, h, q_idx, kv_idx):
+        allowed = mods[0](b, h, q_idx, kv_idx)
+        for mod in mods[1:]:
+            allowed = allowed | mod(b, h, q_idx, kv_idx)
+        return allowed
+
+    return any_of
+
+
+def keep_from_lengths(lengths, T: int, side: str = "right", device=None) -> torch.Tensor:
+    """[B, T] bool, True = a real token, False = padding; ``side`` is where the padding goes."""
+    lengths = torch.as_tensor(lengths, device=device)
+    if side not in ("right", "left"):
+        raise ValueError(tr("ch8.err_side", side=side))
+    if lengths.dim() != 1 or (lengths < 0).any() or (lengths > T).any():
+        raise ValueError(tr("ch8.err_lengths", T=T, lengths=lengths.tolist()))
+    slots = torch.arange(T, device=lengths.device)[None, :]  # [1, T]
+    if side == "right":
+        return slots < lengths[:, None]  # tokens first, then padding
+    return slots >= T - lengths[:, None]  # padding first, then tokens
+
+
+def padding_mod(keep: torch.Tensor) -> MaskMod:
+    """Key padding: a query may read key ``kv_idx`` of row ``b`` only if it is a real token.
+    ``keep`` is [B, T_kv] bool (True = real token), for example from :func:`keep_from_lengths`."""
+    if keep.dim() != 2 or keep.dtype != torch.bool:
+        raise ValueError(tr("ch8.err_keep", shape=tuple(keep.shape), dtype=str(keep.dtype)))
+
+    def padding(b, h, q_idx, kv_idx):
+        return keep[b, kv_idx]
+
+    return padding
+
+
+def document_mod(document_ids: torch.Tensor) -> MaskMod:
+    """Packed documents: a query may read a key only from its own document.
+    ``document_ids`` is [B, T] (one integer per token); combine with ``causal``."""
+    if document_ids.dim() != 2 or document_ids.is_floating_point() or document_ids.dtype == torch.bool:
+        raise ValueError(tr("ch8.err_documents", shape=tuple(document_ids.shape), dtype=str(document_ids.dtype)))
+
+    def same_document(b, h, q_idx, kv_idx):
+        return document_ids[b, q_idx] == document_ids[b, kv_idx]
+
+    return same_document
+
+
+def batch_mask(mod: MaskMod, B: int, T_q: int, T_kv: int | None = None,
+               device: torch.device | str | None = None) -> torch.Tensor:
+    """Dense boolean mask [B, 1, T_q, T_kv] of any mask_mod (True = may read), the
+    shape SDPA broadcasts over heads; queries are the last T_q of T_kv positions."""
+    T_kv = T_q if T_kv is None else T_kv
+    if B < 1 or T_q < 1 or T_q > T_kv:
+        raise ValueError(tr("ch8.err_batch_shape", B=B, T_q=T_q, T_kv=T_kv))
+    b = torch.arange(B, device=device)[:, None, None, None]  # [B, 1, 1, 1]
+    h = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)  # one mask for every head
+    q_idx = torch.arange(T_kv - T_q, T_kv, device=device)[None, None, :, None]  # [1, 1, T_q, 1]
+    kv_idx = torch.arange(T_kv, device=device)[None, None, None, :]  # [1, 1, 1, T_kv]
+    return mod(b, h, q_idx, kv_idx).expand(B, 1, T_q, T_kv).clone()  # [B, 1, T_q, T_kv]

@@ -2,12 +2,15 @@
 
 Deterministic: the windows come from a seeded ``torch.Generator`` and the
 weights from ``torch.manual_seed``, so the same call gives the same losses on
-the same machine.
+the same machine. Training runs on one CPU thread by default: how a float sum
+is split between threads changes its last bits, and over hundreds of steps
+those bits change the printed losses.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .gpt import GPT
 
@@ -27,9 +30,23 @@ def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
 
 
 def train(model: GPT, data: torch.Tensor, steps: int, batch_size: int = 16, block_size: int | None = None,
-          lr: float = 3e-3, seed: int = 0) -> list[float]:
-    """Train ``model`` in place on ``data`` [N] for ``steps`` steps; returns the loss of every step."""
-    block_size = block_size or model.config.block_size
+          lr: float = 3e-3, seed: int = 0, num_threads: int | None = 1) -> list[float]:
+    """Train ``model`` in place on ``data`` [N] for ``steps`` steps; returns the loss of every step.
+
+    ``num_threads`` CPU threads during training (then torch's setting is
+    restored); ``None`` keeps torch's setting.
+    """
+    previous = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return _train(model, data, steps, batch_size, block_size or model.config.block_size, lr, seed)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(model: GPT, data: torch.Tensor, steps: int, batch_size: int, block_size: int, lr: float,
+           seed: int) -> list[float]:
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     model.train()
@@ -55,3 +72,14 @@ def evaluate(model: GPT, data: torch.Tensor, block_size: int | None = None, batc
     model.eval()
     losses = [model(*next_token_batch(data, block_size, batch_size, generator))[1].item() for _ in range(batches)]
     return sum(losses) / len(losses)
+
+
+def loss_prefix_by_prefix(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The slow, obviously honest loss (chapter 4): position t sees only ``x[:, :t+1]``,
+    one forward pass per position. Returns the loss of every position, [B, T]."""
+    losses = []
+    with torch.no_grad():
+        for t in range(x.size(1)):
+            logits_t = model(x[:, : t + 1])[0][:, -1]  # [B, V]: the last position of the prefix
+            losses.append(F.cross_entropy(logits_t, y[:, t], reduction="none"))  # [B]
+    return torch.stack(losses, dim=1)  # [B, T]

@@ -86,7 +86,8 @@ def machine(device: torch.device) -> dict:
     except OSError:
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "device": device.type}
+            "torch": torch.__version__, "python": platform.python_version(), "device": device.type,
+            "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -190,8 +191,11 @@ def grader_row() -> dict | None:
     import subprocess
 
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", str(notebook), "--quiet"],
-                          capture_output=True, text=True, cwd=ROOT)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as reports:
+        done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", str(notebook), "--out", reports],
+                              capture_output=True, text=True, cwd=ROOT)
     return {"notebook": notebook.relative_to(ROOT).as_posix(), "seconds": time.perf_counter() - start,
             "exit_code": done.returncode}
 
@@ -200,7 +204,9 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [f"# Benchmarks ({result['size']} sizes)", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} with {m['torch_threads']} threads, "
-             f"device {m['device']}" + (f" ({m['gpu']})" if m.get("gpu") else "") + f". Run: {result['date']}.",
+             f"device {m['device']}" + (f" ({m['gpu']})" if m.get("gpu") else "") + f". Run: {result['date']}"
+             + (f", load average {m['load_average_1min']} at the start" if m.get("load_average_1min") is not None
+                else "") + ".",
              "", "Times are medians after warm-up; ratios are from this one run. Peak memory is counted "
              "exactly by attnlab.memory (tensors only; kernel scratch buffers are not seen).", "",
              "## Attention: naive masked vs SDPA vs blocked tile-skipping (B=1, d=64)", "",

@@ -160,3 +160,18 @@ def test_batches_are_shifted_by_one_and_training_is_deterministic():
         runs.append(train(model, tokens, steps=5, batch_size=4, block_size=16))
     assert runs[0] == runs[1] and runs[0][-1] < runs[0][0]
     assert evaluate(model, tokens, block_size=16, batches=2) > 0
+
+
+def test_training_uses_one_thread_and_restores_the_setting():
+    tok = course_tokenizer()
+    tokens = torch.tensor(tok.encode(corpus("en")[:3000]))
+    previous = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append(train(small(vocab_size=tok.vocab_size), tokens, steps=4, batch_size=4, block_size=16))
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(previous)
+    assert runs[0] == runs[1]  # the same losses, bit for bit, whatever the caller's thread count

@@ -54,3 +54,15 @@ def test_drawing_every_message_emits_no_missing_glyph_warning(lang):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fig.canvas.draw()  # raises on "Glyph ... missing from font(s)"
+
+
+def test_font_subset_covers_every_character_of_the_chinese_course_text():
+    # The site's CJK web font is cut from this subset (tools/site.py), so it must hold
+    # every character a Chinese reader sees: prose, code comments, alt texts, captions.
+    from tools.make_font import course_text
+
+    cmap = TTFont(fonts.font_path())["cmap"].getBestCmap()
+    text = course_text()
+    assert "因果掩码" in text and "掩码速查表" in text
+    missing = sorted({ch for ch in text if "\u2e80" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef"} - {chr(c) for c in cmap})
+    assert missing == [], f"run `make font`: missing {''.join(missing)}"

@@ -2,13 +2,19 @@
 
 Source: Debian's ``fonts-noto-cjk`` (Noto Sans CJK, SIL OFL 1.1):
     apt-get install fonts-noto-cjk
-Keeps every character of the message catalog's Chinese entries, the 3500
-most frequent Chinese characters of jieba's dictionary (so that a learner's
-own sentence renders too) and full-width punctuation.
-Run it again after adding Chinese messages; a test fails when a catalog
+Keeps every character of the message catalog's Chinese entries, of the
+Chinese course text (prose, code comments, alt texts and captions of every
+source, the site's own words), the 3500 most frequent Chinese characters of
+jieba's dictionary (so that a learner's own sentence renders too) and
+full-width punctuation.
+Run it again after adding Chinese text; tests fail when a catalog or course
 character is missing from the font.
 
     python tools/make_font.py
+
+The site's CJK web font is cut from this subset by ``make_web_font`` (called
+by tools/site.py, no Debian font needed): a WOFF2 with exactly the CJK
+characters of the built pages.
 """
 
 from __future__ import annotations
@@ -51,11 +57,62 @@ def common_characters(n: int = COMMON_CHARACTERS) -> set[str]:
     return {ch for ch, _ in frequency.most_common(n)}
 
 
+def course_text() -> str:
+    """The Chinese text of the course: catalog, every source's zh prose, comments, alt texts and captions, site words."""
+    from tools import notebooks, site
+    from tools.sphinx_ext.attnlab_site import LANGUAGE_NAMES
+
+    parts = [entry["zh"] for entry in catalog().values()]
+    parts += [notebooks.reader_text(source, "zh") for source in notebooks.find_sources()]
+    parts += [site.TITLES["zh"], LANGUAGE_NAMES["zh"]]
+    return "\n".join(parts)
+
+
 def needed_characters() -> str:
-    """Catalog characters, common characters and punctuation, sorted."""
-    text = "".join(entry["zh"] for entry in catalog().values())
-    chars = {ch for ch in text if ord(ch) > 0x7F} | common_characters() | set(PUNCTUATION)
+    """Course characters, common characters and punctuation, sorted."""
+    chars = {ch for ch in course_text() if ord(ch) > 0x7F} | common_characters() | set(PUNCTUATION)
     return "".join(sorted(chars))
+
+
+def subset_font(font, chars: str, flavor: str | None = None):
+    """Keep only ``chars`` in ``font`` (in place); ``flavor="woff2"`` for the web. Same input, same bytes."""
+    options = subset.Options()
+    options.name_IDs = ["*"]
+    options.layout_features = ["*"]
+    options.hinting = False
+    options.desubroutinize = False
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(text=chars)
+    subsetter.subset(font)
+    font.recalcTimestamp = False  # keep the source timestamp: same input, same bytes
+    font.flavor = flavor
+    return font
+
+
+class MissingGlyphs(RuntimeError):
+    """Characters the package's font subset lacks (run ``make font``)."""
+
+
+def make_web_font(chars: str, out: pathlib.Path) -> dict:
+    """Write a WOFF2 holding ``chars``, cut from the package's subset (attnlab/fonts/).
+
+    Raises MissingGlyphs when the subset lacks one of them. Returns what was written
+    (characters, bytes) for the build log.
+    """
+    from fontTools.ttLib import TTFont
+
+    from attnlab.fonts import font_path
+
+    font = TTFont(font_path())
+    cmap = font.getBestCmap()
+    missing = sorted({ch for ch in chars if ord(ch) not in cmap})
+    if missing:
+        raise MissingGlyphs(f"{''.join(missing)} ({', '.join(f'U+{ord(ch):04X}' for ch in missing)}) not in "
+                            f"attnlab/fonts/{FONT_FILE}: run `make font` (needs Debian's fonts-noto-cjk)")
+    subset_font(font, chars, flavor="woff2")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    font.save(str(out))
+    return {"characters": len(set(chars)), "bytes": out.stat().st_size}
 
 
 def rename_family(font, family: str) -> None:
@@ -75,16 +132,8 @@ def main() -> None:
     collection = TTCollection(str(SOURCE))
     font = next(f for f in collection.fonts if f["name"].getDebugName(1) == SOURCE_FAMILY)
     chars = needed_characters()
-    options = subset.Options()
-    options.name_IDs = ["*"]
-    options.layout_features = ["*"]
-    options.hinting = False
-    options.desubroutinize = False
-    subsetter = subset.Subsetter(options)
-    subsetter.populate(text=chars)
-    subsetter.subset(font)
+    subset_font(font, chars)
     rename_family(font, CJK_FAMILY)  # a modified font gets its own name (OFL 1.1, condition 3)
-    font.recalcTimestamp = False  # keep the source timestamp: same input, same bytes
     out = OUT_DIR / FONT_FILE
     font.save(str(out))
     copyright_line = font["name"].getDebugName(0)

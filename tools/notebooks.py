@@ -18,12 +18,18 @@ Source format (``chapters/src/NN-slug.md``, see docs/authoring.md)::
 
     ```{code-cell}
     :tags: [hide-input]
+    :alt: en: what the figure shows | de: was die Abbildung zeigt | zh: 图中显示的内容
+    :caption: en: A caption | de: Eine Bildunterschrift | zh: 图注
     code, written once for all languages
     ```
 
 A run of ``::::{lang}`` blocks becomes one Markdown cell in each language
 and must hold en, de and zh exactly once. Code cells are shared; a
 generated setup cell (after the opening prose) sets the notebook's language.
+``:alt:`` and ``:caption:`` give the cell's figure its text in each language
+(stored as myst-nb cell metadata, ``mystnb: {image: {alt}, figure: {caption}}``);
+every figure output needs an ``:alt:``. In a ``kind: page`` source, code cells
+become plain ``python`` code blocks (shown, not executed).
 
 Comments in code cells are written in all three languages and each notebook
 keeps its own (the code itself is identical)::
@@ -37,6 +43,7 @@ Commands (run from the repository root)::
 
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
     python -m tools.notebooks render              # render only, no execution
+    python -m tools.notebooks refresh [SOURCE ...]  # only cell options (alt, caption, tags) changed: keep outputs
     python -m tools.notebooks check               # stale / missing language / code drift
 
 Exercises (``exercises/src/NN-slug.md``, same format) mark the learner's part
@@ -70,13 +77,42 @@ LANG_CLOSE = "::::"
 CODE_OPEN = re.compile(r"^```\{code-cell\}(\s+\w+)?\s*$")
 CODE_CLOSE = "```"
 OPTION = re.compile(r"^:(\w[\w-]*):\s*(.*)$")
+CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # language of figures and messages; seeds every RNG'
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
+# Runs before attnlab can be imported, so it is plain code: on Colab it installs
+# the course package from the repository set in _config.yml and switches on
+# Colab's widget manager; anywhere else it does nothing. Hidden on the site.
+COLAB_CODE = """\
+# @title {title}
+import sys
+
+if "google.colab" in sys.modules:
+    import importlib
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("attnlab") is None:
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "{requirement}"],
+                             capture_output=True, text=True)
+        if pip.returncode:
+            raise RuntimeError(pip.stdout + pip.stderr)
+        importlib.invalidate_caches()
+    from google.colab import output
+
+    output.enable_custom_widget_manager()"""
+GENERATED_CELLS = ("colab", "setup")  # code cells the generator adds (not from the source)
+COLAB_TITLE = {"en": "Colab only: install the course package (does nothing elsewhere)",
+               "de": "Nur für Colab: installiert das Kurspaket (anderswo passiert nichts)",
+               "zh": "仅用于 Colab：安装课程软件包（在其他环境中什么也不做）"}
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-INLINE_COMMENT = re.compile(r"#\s?en:\s(?P<en>.*?)\s\|\sde:\s(?P<de>.*?)\s\|\szh:\s(?P<zh>.*?)\s*$")
+THREE_LANGUAGES = r"en:\s(?P<en>.*?)\s\|\sde:\s(?P<de>.*?)\s\|\szh:\s(?P<zh>.*?)\s*$"  # en: … | de: … | zh: …
+INLINE_COMMENT = re.compile(r"#\s?" + THREE_LANGUAGES)
+LOCALIZED_OPTION = re.compile(r"^" + THREE_LANGUAGES)
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
 LINE_COMMENT = re.compile(r"^(?P<indent>\s*)#\s?(?P<lang>en|de|zh):\s(?P<text>.*?)\s*$")
 
 
@@ -90,6 +126,8 @@ class Cell:
     text: dict[str, str] | str  # markdown: {lang: text}; code: the code
     tags: list[str] = field(default_factory=list)
     line: int = 0
+    alt: dict[str, str] | None = None  # code cells: the figure's alt text per language
+    caption: dict[str, str] | None = None  # code cells: the figure's caption per language
 
 
 @dataclass
@@ -162,10 +200,18 @@ def parse_source(path: pathlib.Path) -> Source:
         close_group()
         if CODE_OPEN.match(line):
             j = i + 1
-            tags: list[str] = []
+            options: dict = {}
             while j < len(lines) and (m := OPTION.match(lines[j])):
-                if m.group(1) == "tags":
-                    tags = yaml.safe_load(m.group(2)) or []
+                name, value = m.groups()
+                if name not in CELL_OPTIONS:
+                    raise SourceError(f"{where(j)}: unknown cell option :{name}: (known: "
+                                      + ", ".join(f":{o}:" for o in CELL_OPTIONS) + ")")
+                if name in options:
+                    raise SourceError(f"{where(j)}: second :{name}: in one code cell")
+                try:
+                    options[name] = (yaml.safe_load(value) or []) if name == "tags" else localized_option(name, value)
+                except SourceError as error:
+                    raise SourceError(f"{where(j)}: {error}") from None
                 j += 1
             try:
                 end = lines.index(CODE_CLOSE, j)
@@ -176,12 +222,25 @@ def parse_source(path: pathlib.Path) -> Source:
                 localize_code(code, "en")
             except SourceError as error:
                 raise SourceError(f"{where(i)}: {error}") from None
-            cells.append(Cell("code", code, tags, line=i + 1))
+            cells.append(Cell("code", code, options.get("tags", []), line=i + 1,
+                              alt=options.get("alt"), caption=options.get("caption")))
             i = end + 1
             continue
         raise SourceError(f"{where(i)}: text outside a {{lang}} block or code cell: {line[:60]!r}")
     close_group()
     return Source(path, meta, cells)
+
+
+def localized_option(name: str, value: str) -> dict[str, str]:
+    """``en: … | de: … | zh: …`` -> ``{"en": …, "de": …, "zh": …}`` (all three, none empty)."""
+    m = LOCALIZED_OPTION.match(value.strip())
+    texts = {lang: m.group(lang).strip() for lang in LANGUAGES} if m else {}
+    if not m or not all(texts.values()):
+        present = [lang for lang in LANGUAGES if re.search(rf"(^|\|)\s*{lang}:\s*\S", value)]
+        missing = [lang for lang in LANGUAGES if lang not in present] or ["the 'en: … | de: … | zh: …' form"]
+        raise SourceError(f":{name}: lacks {', '.join(missing)}: write "
+                          f"':{name}: en: … | de: … | zh: …' on one line")
+    return texts
 
 
 def localize_code(code: str, lang: str) -> str:
@@ -238,15 +297,29 @@ def find_sources(names: list[str] | None = None) -> list[Source]:
     return [parse_source(p) for p in paths]
 
 
+def colab_requirement(root: pathlib.Path = ROOT) -> str:
+    """What the Colab cell installs: the runtime package from the course repository."""
+    repository = yaml.safe_load((root / "_config.yml").read_text("utf-8"))["repository"]
+    return f"attnlab @ git+{repository['url']}@{repository.get('branch', 'main')}"
+
+
+def colab_cell(lang: str) -> nbformat.NotebookNode:
+    """The first code cell: installs attnlab on Colab (form view there), removed on the site."""
+    code = COLAB_CODE.format(title=COLAB_TITLE[lang], requirement=colab_requirement())
+    cell = nbformat.v4.new_code_cell(code, id="colab")
+    cell.metadata.update({"tags": ["remove-cell"], "cellView": "form"})
+    return cell
+
+
 def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
     """The unexecuted notebook of ``source`` in ``lang`` (deterministic ids)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": dict(KERNELSPEC),
                    "language_info": dict(LANGUAGE_INFO),
                    "attnlab": {"source": source.rel, "language": lang}}
-    setup = nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup")
+    setup = [colab_cell(lang), nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup")]
     if not source.cells or source.cells[0].kind != "markdown":
-        nb.cells.append(setup)
+        nb.cells.extend(setup)
     for n, cell in enumerate(source.cells, start=1):
         if cell.kind == "markdown":
             new = nbformat.v4.new_markdown_cell(cell.text[lang], id=f"md-{n:03d}")
@@ -254,15 +327,45 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
             new = nbformat.v4.new_code_cell(localize_code(cell.text, lang), id=f"code-{n:03d}")
             if cell.tags:
                 new.metadata["tags"] = list(cell.tags)
+            figure_text = {}  # myst-nb's cell-level render options (image alt, figure caption)
+            if cell.alt:
+                figure_text["image"] = {"alt": cell.alt[lang]}
+            if cell.caption:
+                figure_text["figure"] = {"caption": cell.caption[lang]}
+            if figure_text:
+                new.metadata["mystnb"] = figure_text
         nb.cells.append(new)
         if n == 1 and cell.kind == "markdown":
-            nb.cells.append(setup)  # right after the title and introduction
+            nb.cells.extend(setup)  # right after the title and introduction
     return nb
 
 
 def render_page(source: Source, lang: str) -> str:
+    """A plain Markdown page; its code cells become ``python`` code blocks (not executed)."""
     header = f"<!-- Generated from {source.rel} by tools/notebooks.py: edit the source, not this file. -->\n\n"
-    return header + "\n\n".join(cell.text[lang] for cell in source.cells) + "\n"
+    parts = [cell.text[lang] if cell.kind == "markdown" else f"```python\n{localize_code(cell.text, lang)}\n```"
+             for cell in source.cells]
+    return header + "\n\n".join(parts) + "\n"
+
+
+def reader_text(source: Source, lang: str) -> str:
+    """Everything a reader of ``lang`` sees from ``source``: prose, code with its comments, alt texts, captions."""
+    parts = []
+    for cell in source.cells:
+        if cell.kind == "markdown":
+            parts.append(cell.text[lang])
+        else:
+            parts.append(localize_code(cell.text, lang))
+            parts += [texts[lang] for texts in (cell.alt, cell.caption) if texts]
+    return "\n".join(parts)
+
+
+def figures_without_alt(nb: nbformat.NotebookNode) -> list[str]:
+    """Ids of code cells that show a picture but have no alt text (screen readers would read a file path)."""
+    return [cell.id for cell in nb.cells if cell.cell_type == "code"
+            and any(output.get("output_type") in ("display_data", "execute_result")
+                    and any(kind in output.get("data", {}) for kind in IMAGE_TYPES) for output in cell.outputs)
+            and not cell.metadata.get("mystnb", {}).get("image", {}).get("alt")]
 
 
 def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
@@ -317,6 +420,9 @@ def execute(path: pathlib.Path, timeout: int = 300) -> None:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.outputs = coalesce_streams(cell.outputs)
+    if missing := figures_without_alt(nb):
+        raise RuntimeError(f"{path.relative_to(ROOT)}: cells {missing} show a figure without alt text: "
+                           "add ':alt: en: … | de: … | zh: …' to the code cell in the source")
     nb.metadata.language_info = dict(LANGUAGE_INFO)
     nb = stable_widget_ids(nb, path.relative_to(ROOT).as_posix())
     write_notebook(nb, path)
@@ -371,11 +477,13 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
             committed = nbformat.read(out, as_version=4)
             if strip_outputs(committed) != render_notebook(source, lang):
                 problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
-            code = [strip_comments(c.source) for c in committed.cells if c.cell_type == "code" and c.id != "setup"]
+            code = [strip_comments(c.source) for c in committed.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS]
             code_by_lang[lang] = code
             unexecuted = [c.id for c in committed.cells if c.cell_type == "code" and c.execution_count is None]
             if unexecuted:
                 problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
+            if no_alt := figures_without_alt(committed):
+                problems.append(f"{rel}: cells {no_alt} show a figure without alt text (add :alt: in {source.rel})")
         if len(code_by_lang) == len(LANGUAGES) and len({json.dumps(v) for v in code_by_lang.values()}) > 1:
             problems.append(f"{source.rel}: code differs between the en/de/zh notebooks")
     for section in (*SOURCE_DIRS, *GENERATED_DIRS):
@@ -462,7 +570,7 @@ def render_exercise(source: Source, lang: str, solution: bool) -> nbformat.Noteb
         title, newline, rest = first.source[2:].partition("\n")
         first.source = f"# {tr('grader.solution_title', lang=lang, title=title)}{newline}{rest}"
     regions = 0
-    for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id != "setup"],
+    for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS],
                                [c for c in source.cells if c.kind == "code"]):
         try:
             regions += len(solution_regions(cell.source))
@@ -488,7 +596,7 @@ def _stub_code(nb: nbformat.NotebookNode, lang: str) -> list[str]:
     """Code of a stub without comments, its localized raise message made neutral."""
     raise_line = stub_lines("", lang)[1]
     return [strip_comments(c.source.replace(raise_line, "raise NotImplementedError()"))
-            for c in nb.cells if c.cell_type == "code" and c.id != "setup"]
+            for c in nb.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS]
 
 
 def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Path]) -> list[str]:
@@ -512,7 +620,7 @@ def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Pat
                 problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
             code_cells = [c for c in committed.cells if c.cell_type == "code"]
             if solution:
-                solution_code[lang] = [strip_comments(c.source) for c in code_cells if c.id != "setup"]
+                solution_code[lang] = [strip_comments(c.source) for c in code_cells if c.id not in GENERATED_CELLS]
                 unexecuted = [c.id for c in code_cells if c.execution_count is None]
                 if unexecuted:
                     problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")
@@ -526,15 +634,41 @@ def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Pat
     return problems
 
 
+def refresh(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Give executed notebooks the cell metadata of ``source`` (alt texts, captions, tags), keeping their outputs.
+
+    Only for changes that cannot alter what a cell prints: refuses when any cell's
+    text, kind or order differs from the source (run ``build`` then).
+    """
+    written = []
+    for lang in LANGUAGES if source.meta.get("kind") != "page" else ():
+        path = source.output_path(lang, root)
+        committed = nbformat.read(path, as_version=4)
+        fresh = render_notebook(source, lang)
+        if [(c.id, c.cell_type, c.source) for c in committed.cells] != [(c.id, c.cell_type, c.source) for c in fresh.cells]:
+            raise SourceError(f"{path.relative_to(root)}: code or prose changed since it was executed; "
+                              "run `python -m tools.notebooks build` instead")
+        for old, new in zip(committed.cells, fresh.cells):
+            old.metadata = new.metadata
+        write_notebook(committed, path)
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["build", "render", "check"])
+    parser.add_argument("command", choices=["build", "render", "check", "refresh"])
     parser.add_argument("sources", nargs="*", help="source files (default: all)")
     args = parser.parse_args(argv)
     if args.command == "check":
         problems = check()
         print("\n".join(problems) or "notebooks are up to date")
         return 1 if problems else 0
+    if args.command == "refresh":
+        for source in find_sources(args.sources):
+            for path in refresh(source):
+                print(f"refreshed {path.relative_to(ROOT)}")
+        return 0
     for source in find_sources(args.sources):
         for path in render(source):
             if args.command == "build" and path.suffix == ".ipynb" and not is_stub(path):

@@ -10,14 +10,22 @@ solutions/) and the toc's part captions (PART_CAPTIONS). Third-party JavaScript
 (MathJax 3, RequireJS, the ipywidgets HTML manager) is installed by npm from
 web/package-lock.json and copied into the site, so no page fetches anything
 from the internet. Builds run with warnings as errors.
+
+Chinese text: after the builds, each site gets _static/assets/fonts/attnlab-cjk.woff2,
+a subset of the package's CJK font (attnlab/fonts/) with exactly the CJK
+characters of that site's pages; tools/web/attnlab.css puts it last in every
+font stack, so only a browser without a CJK font downloads it.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import html
 import http.server
+import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +38,8 @@ HTML = BUILD / "html"
 ASSETS = BUILD / "site_assets"
 NODE_MODULES = ROOT / "web" / "node_modules"
 SPHINX_LANGUAGE = {"en": "en", "de": "de", "zh": "zh_CN"}
+SITE_CSS = ROOT / "tools" / "web" / "attnlab.css"
+WEB_FONT = pathlib.Path("_static") / "assets" / "fonts" / "attnlab-cjk.woff2"  # inside each language site
 TITLES = {"en": "Causal Attention, Step by Step",
           "de": "Kausale Attention, Schritt für Schritt",
           "zh": "一步步读懂因果注意力"}
@@ -136,7 +146,13 @@ ROOT_PAGE = """<!DOCTYPE html>
   if (!/[?&]stay\\b/.test(location.search)) location.replace(pages[pick]);
 }})();
 </script>
-<style>body {{ font-family: sans-serif; max-width: 36rem; margin: 4rem auto; line-height: 1.6; }}</style>
+<style>
+@font-face {{ font-family: "attnlab Noto Sans SC"; src: url("zh/{web_font}") format("woff2");
+  font-display: swap; unicode-range: {unicode_range}; }}
+body {{ font-family: sans-serif, "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", "Noto Sans CJK SC",
+  "Source Han Sans SC", "Noto Sans SC", "WenQuanYi Micro Hei", "attnlab Noto Sans SC";
+  max-width: 36rem; margin: 4rem auto; line-height: 1.6; }}
+</style>
 </head><body>
 <h1>Causal Attention, Step by Step</h1>
 <ul>
@@ -150,9 +166,52 @@ def write_root_page() -> None:
     pages = {lang: f"{lang}/chapters/{lang}/index.html" for lang in TITLES}
     links = "\n".join(f'<li><a href="{pages[lang]}" hreflang="{lang}" lang="{lang}">{TITLES[lang]}</a></li>'
                       for lang in TITLES)
-    import json
+    unicode_range = ", ".join(f"U+{lo:04X}-{hi:04X}" for lo, hi in cjk_ranges())
+    (HTML / "index.html").write_text(ROOT_PAGE.format(pages=json.dumps(pages), links=links, unicode_range=unicode_range,
+                                                      web_font=WEB_FONT.as_posix()), "utf-8")
 
-    (HTML / "index.html").write_text(ROOT_PAGE.format(pages=json.dumps(pages), links=links), "utf-8")
+
+def cjk_ranges() -> list[tuple[int, int]]:
+    """The unicode-range of the web font's @font-face in tools/web/attnlab.css (one place for it)."""
+    css = SITE_CSS.read_text("utf-8")
+    face = re.search(r"@font-face\s*\{[^}]*" + re.escape(WEB_FONT.name) + r"[^}]*\}", css).group()
+    ranges = []
+    for part in re.search(r"unicode-range:\s*([^;]+);", face).group(1).split(","):
+        low, _, high = part.strip().removeprefix("U+").partition("-")
+        ranges.append((int(low, 16), int(high or low, 16)))
+    return ranges
+
+
+def shown_text(path: pathlib.Path) -> str:
+    """A page's text with entities and JSON escapes (widget state, search data) decoded."""
+    raw = path.read_text("utf-8")
+    return html.unescape(raw) + "".join(chr(int(code, 16)) for code in re.findall(r"\\u([0-9a-fA-F]{4})", raw))
+
+
+def site_cjk_characters(lang: str) -> str:
+    """The CJK characters (in the web font's range) of one built site, plus the root page for zh."""
+    site = HTML / lang
+    files = [p for p in site.rglob("*.html") if "_static" not in p.parts and "_sources" not in p.parts]
+    files += sorted((site / "_static").glob("*.js")) + [site / "searchindex.js"]  # UI words (search, copy button)
+    if lang == "zh":
+        files.append(HTML / "index.html")
+    ranges = cjk_ranges()
+    chars = {ch for path in files if path.exists() for ch in shown_text(path)
+             if any(low <= ord(ch) <= high for low, high in ranges)}
+    return "".join(sorted(chars))
+
+
+def write_web_fonts(languages: list[str]) -> None:
+    """Each site's CJK web font: exactly the characters its pages show (see tools/web/attnlab.css)."""
+    from tools.make_font import MissingGlyphs, make_web_font
+
+    for lang in languages:
+        chars = site_cjk_characters(lang)
+        try:
+            written = make_web_font(chars, HTML / lang / WEB_FONT)
+        except MissingGlyphs as error:
+            raise SystemExit(f"the {lang} site shows characters the CJK font lacks: {error}") from None
+        print(f"{lang}/{WEB_FONT.as_posix()}: {written['characters']} characters, {written['bytes'] / 1024:.1f} KiB")
 
 
 def build(languages: list[str]) -> None:
@@ -161,6 +220,7 @@ def build(languages: list[str]) -> None:
     for lang in languages:
         build_language(lang)
     write_root_page()
+    write_web_fonts(languages)
     print(f"\nThe site is in {HTML}/ (open {HTML / 'index.html'})")
 
 

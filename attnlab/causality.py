@@ -1,0 +1,210 @@
+"""Is my model causal? Tests of a WHOLE model, as functions you can run on your own (chapter 5).
+
+A model is anything that maps token ids [B, T] (``torch.long``) to logits
+[B, T, V], or to a tuple whose first element is the logits (as
+:class:`~attnlab.gpt.GPT` does). Every test runs the model in eval mode (no
+dropout) and puts it back in the mode it was in. Each map is [T, T], row =
+output position t, column = input position s; a causal model has exactly
+nothing above the diagonal (s > t).
+
+- :func:`dependence_map` (the prefix test, one position at a time): entry
+  [t, s] is how far the logits at t move when only the token at s changes.
+- :func:`cut_map`: entry [t, s] is how far the logits at t move when the
+  sequence is cut before s (the model sees only the first s tokens), as in
+  generation. It also catches a dependence on the *length* of the future.
+- :func:`jacobian_map`: entry [t, s] is the size of the gradient of the
+  output at t with respect to the input embedding at s (token ids are
+  discrete; their embeddings are not). Causal means exactly 0 for s > t.
+- :func:`assert_causal` runs the first two, :func:`assert_causal_jacobian`
+  the third; both raise :class:`CausalityError` naming the first leaking
+  (output position, input position) pair. :func:`find_leaks` runs all three
+  and returns what each found.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .i18n import tr
+
+TESTS = ("prefix", "cut", "jacobian")
+
+
+class CausalityError(AssertionError):
+    """The model is not causal: output position ``t`` depends on input position ``s`` > t."""
+
+    def __init__(self, test: str, t: int, s: int, value: float, atol: float):
+        self.test, self.t, self.s, self.value, self.atol = test, t, s, value, atol
+        super().__init__(tr(f"ch5.leak_{test}", t=t, s=s, value=value, atol=atol))
+
+
+def logits_of(model, idx: torch.Tensor) -> torch.Tensor:
+    """The logits [B, T, V] of ``model(idx)``, whether it returns a tensor or (logits, loss)."""
+    out = model(idx)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@contextmanager
+def eval_mode(model):
+    """Run ``model`` in eval mode (dropout off), then restore its mode."""
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        yield model
+    finally:
+        if isinstance(model, nn.Module):
+            model.train(was_training)
+
+
+def find_token_embedding(model) -> nn.Embedding:
+    """The model's token embedding: a module named ``*token_embedding``, else its first ``nn.Embedding``."""
+    modules = list(model.named_modules()) if isinstance(model, nn.Module) else []
+    for name, module in modules:
+        if name.endswith("token_embedding") and isinstance(module, nn.Embedding):
+            return module
+    for _, module in modules:
+        if isinstance(module, nn.Embedding):
+            return module
+    raise ValueError(tr("ch5.no_embedding"))
+
+
+def vocab_size_of(model) -> int:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "vocab_size"):
+        return config.vocab_size
+    return find_token_embedding(model).num_embeddings
+
+
+def example_tokens(model, T: int = 16, seed: int = 0) -> torch.Tensor:
+    """[1, T] random token ids (seeded) for ``model``."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size_of(model), (1, T), generator=generator)
+
+
+def as_sequence(idx: torch.Tensor) -> torch.Tensor:
+    """``idx`` as ONE sequence of token ids, [1, T] (a [T] tensor is accepted); a clear error otherwise."""
+    if idx.dim() == 1:
+        idx = idx.unsqueeze(0)
+    if idx.dim() != 2 or idx.size(0) != 1 or idx.dtype != torch.long or idx.size(1) < 2:
+        raise ValueError(tr("ch5.bad_idx", shape=str(tuple(idx.shape)), dtype=str(idx.dtype)))
+    return idx
+
+
+def dependence_map(model, idx: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """[T, T]: entry [t, s] = max |Δ logits at t| when only the token at s is changed.
+
+    All T changed sequences run as one batch of T: row s of the batch has a
+    different (random, seeded) token at position s.
+    """
+    idx = as_sequence(idx)
+    T, V = idx.size(1), vocab_size_of(model)
+    shift = torch.randint(1, V, (T,), generator=torch.Generator().manual_seed(seed))  # never 0: always a new token
+    changed = idx.repeat(T, 1)  # [T, T]: sequence s has a new token at position s
+    changed[torch.arange(T), torch.arange(T)] = (idx[0] + shift) % V
+    with eval_mode(model), torch.no_grad():
+        base = logits_of(model, idx)  # [1, T, V]
+        moved = logits_of(model, changed)  # [T (changed s), T (output t), V]
+    return (moved - base).abs().amax(dim=-1).T  # [t, s]
+
+
+def cut_map(model, idx: torch.Tensor) -> torch.Tensor:
+    """[T, T]: entry [t, s] = max |Δ logits at t| when the model sees only tokens 0..s-1.
+
+    Only t < s is measured (a cut before s removes the outputs from s on); the
+    rest of the map is NaN.
+    """
+    idx = as_sequence(idx)
+    T = idx.size(1)
+    out = torch.full((T, T), float("nan"))  # t >= s is not measured: the cut removes those outputs
+    with eval_mode(model), torch.no_grad():
+        full = logits_of(model, idx)  # [1, T, V]
+        for s in range(1, T):
+            part = logits_of(model, idx[:, :s])  # [1, s, V]
+            out[:s, s] = (part - full[:, :s]).abs().amax(dim=-1)[0]
+    return out
+
+
+def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None, seed: int = 0) -> torch.Tensor:
+    """[T, T]: entry [t, s] = || d(output t) / d(embedding of input s) ||.
+
+    Output t is its logits projected on a fixed random direction (seeded), so
+    one backward pass per position suffices; a dependence hides from a random
+    direction only by accident of probability zero. Forward hooks on
+    ``embedding`` first record what it returns, then replace it by the tensor
+    we differentiate with respect to.
+    """
+    idx = as_sequence(idx)
+    embedding = embedding or find_token_embedding(model)
+    seen = []
+    with eval_mode(model):
+        handle = embedding.register_forward_hook(lambda module, args, output: seen.append(output.detach()))
+        try:
+            with torch.no_grad():
+                V = logits_of(model, idx).size(-1)  # also records the embeddings: seen[0], [1, T, D]
+        finally:
+            handle.remove()
+        directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed))  # [T, V]
+
+        def outputs(x):  # [1, T, D] embeddings -> [T]: each position's logits, projected on its direction
+            handle = embedding.register_forward_hook(lambda module, args, output: x)  # the embedding now returns x
+            try:
+                logits = logits_of(model, idx)[0]  # [T, V]
+            finally:
+                handle.remove()
+            return (logits * directions).sum(dim=-1)
+
+        jac = torch.autograd.functional.jacobian(outputs, seen[0])  # [T, 1, T, D]
+    return jac[:, 0].norm(dim=-1)  # [t, s]
+
+
+def first_leak(leak_map: torch.Tensor, atol: float = 0.0) -> tuple[int, int] | None:
+    """The first (t, s) with s > t and ``leak_map[t, s] > atol`` (smallest t, then smallest s), or None."""
+    T = leak_map.size(0)
+    future = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
+    leaks = ((leak_map > atol) & future).nonzero()
+    return tuple(leaks[0].tolist()) if len(leaks) else None
+
+
+def future_max(leak_map: torch.Tensor) -> float:
+    """The largest entry above the diagonal (0.0 for a causal model)."""
+    T = leak_map.size(0)
+    return float(leak_map[torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)].max())
+
+
+def _raise_first(test: str, leak_map: torch.Tensor, atol: float) -> None:
+    leak = first_leak(leak_map, atol)
+    if leak is not None:
+        t, s = leak
+        raise CausalityError(test, t, s, float(leak_map[t, s]), atol)
+
+
+def assert_causal(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: int = 16, seed: int = 0) -> float:
+    """Prefix test (change one later token) and cut test (drop the later tokens) on ``idx``
+    [1, T] (random tokens if None). Raises :class:`CausalityError` for the first leaking
+    pair; returns the largest change above the diagonal (below ``atol``)."""
+    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    maps = {"prefix": dependence_map(model, idx, seed), "cut": cut_map(model, idx)}
+    for test, leak_map in maps.items():
+        _raise_first(test, leak_map, atol)
+    return max(future_max(m) for m in maps.values())
+
+
+def assert_causal_jacobian(model, idx: torch.Tensor | None = None, embedding: nn.Embedding | None = None,
+                           T: int = 16, seed: int = 0) -> None:
+    """The gradient test: every d(output t)/d(embedding s) with s > t must be exactly 0.
+    Raises :class:`CausalityError` for the first pair where it is not."""
+    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    _raise_first("jacobian", jacobian_map(model, idx, embedding, seed), 0.0)
+
+
+def find_leaks(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: int = 16, seed: int = 0
+               ) -> dict[str, tuple[int, int] | None]:
+    """What each test finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``."""
+    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    return {"prefix": first_leak(dependence_map(model, idx, seed), atol),
+            "cut": first_leak(cut_map(model, idx), atol),
+            "jacobian": first_leak(jacobian_map(model, idx, seed=seed), 0.0)}
