@@ -85,7 +85,8 @@ def example_tokens(model, T: int = 16, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab_size_of(model), (1, T), generator=generator)
 
 
-def _as_sequence(idx: torch.Tensor) -> torch.Tensor:
+def as_sequence(idx: torch.Tensor) -> torch.Tensor:
+    """``idx`` as ONE sequence of token ids, [1, T] (a [T] tensor is accepted); a clear error otherwise."""
     if idx.dim() == 1:
         idx = idx.unsqueeze(0)
     if idx.dim() != 2 or idx.size(0) != 1 or idx.dtype != torch.long or idx.size(1) < 2:
@@ -99,10 +100,10 @@ def dependence_map(model, idx: torch.Tensor, seed: int = 0) -> torch.Tensor:
     All T changed sequences run as one batch of T: row s of the batch has a
     different (random, seeded) token at position s.
     """
-    idx = _as_sequence(idx)
+    idx = as_sequence(idx)
     T, V = idx.size(1), vocab_size_of(model)
     shift = torch.randint(1, V, (T,), generator=torch.Generator().manual_seed(seed))  # never 0: always a new token
-    changed = idx.repeat(T, 1)  # [T, T]: one sequence per changed position
+    changed = idx.repeat(T, 1)  # [T, T]: sequence s has a new token at position s
     changed[torch.arange(T), torch.arange(T)] = (idx[0] + shift) % V
     with eval_mode(model), torch.no_grad():
         base = logits_of(model, idx)  # [1, T, V]
@@ -116,9 +117,9 @@ def cut_map(model, idx: torch.Tensor) -> torch.Tensor:
     Only t < s is measured (a cut before s removes the outputs from s on); the
     rest of the map is NaN.
     """
-    idx = _as_sequence(idx)
+    idx = as_sequence(idx)
     T = idx.size(1)
-    out = torch.full((T, T), float("nan"))
+    out = torch.full((T, T), float("nan"))  # t >= s is not measured: the cut removes those outputs
     with eval_mode(model), torch.no_grad():
         full = logits_of(model, idx)  # [1, T, V]
         for s in range(1, T):
@@ -132,30 +133,31 @@ def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None
 
     Output t is its logits projected on a fixed random direction (seeded), so
     one backward pass per position suffices; a dependence hides from a random
-    direction only by accident of probability zero. A forward hook replaces
-    what ``embedding`` returns by a tensor we differentiate with respect to.
+    direction only by accident of probability zero. Forward hooks on
+    ``embedding`` first record what it returns, then replace it by the tensor
+    we differentiate with respect to.
     """
-    idx = _as_sequence(idx)
+    idx = as_sequence(idx)
     embedding = embedding or find_token_embedding(model)
-    seen: list[torch.Tensor] = []
-
-    def output_t(x: torch.Tensor) -> torch.Tensor:  # [1, T, D] embeddings -> [T] projected logits
-        handle = embedding.register_forward_hook(lambda module, args, output: x)
+    seen = []
+    with eval_mode(model):
+        handle = embedding.register_forward_hook(lambda module, args, output: seen.append(output.detach()))
         try:
-            logits = logits_of(model, idx)[0]  # [T, V]
+            with torch.no_grad():
+                V = logits_of(model, idx).size(-1)  # also records the embeddings: seen[0], [1, T, D]
         finally:
             handle.remove()
-        return (logits * directions).sum(dim=-1)  # [T]
+        directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed))  # [T, V]
 
-    with eval_mode(model):
-        with torch.no_grad():
-            handle = embedding.register_forward_hook(lambda module, args, output: seen.append(output))
+        def outputs(x):  # [1, T, D] embeddings -> [T]: each position's logits, projected on its direction
+            handle = embedding.register_forward_hook(lambda module, args, output: x)  # the embedding now returns x
             try:
-                V = logits_of(model, idx).size(-1)
+                logits = logits_of(model, idx)[0]  # [T, V]
             finally:
                 handle.remove()
-        directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed))  # [T, V]
-        jac = torch.autograd.functional.jacobian(output_t, seen[0].detach())  # [T, 1, T, D]
+            return (logits * directions).sum(dim=-1)
+
+        jac = torch.autograd.functional.jacobian(outputs, seen[0])  # [T, 1, T, D]
     return jac[:, 0].norm(dim=-1)  # [t, s]
 
 
@@ -184,7 +186,7 @@ def assert_causal(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T:
     """Prefix test (change one later token) and cut test (drop the later tokens) on ``idx``
     [1, T] (random tokens if None). Raises :class:`CausalityError` for the first leaking
     pair; returns the largest change above the diagonal (below ``atol``)."""
-    idx = example_tokens(model, T, seed) if idx is None else _as_sequence(idx)
+    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
     maps = {"prefix": dependence_map(model, idx, seed), "cut": cut_map(model, idx)}
     for test, leak_map in maps.items():
         _raise_first(test, leak_map, atol)
@@ -195,14 +197,14 @@ def assert_causal_jacobian(model, idx: torch.Tensor | None = None, embedding: nn
                            T: int = 16, seed: int = 0) -> None:
     """The gradient test: every d(output t)/d(embedding s) with s > t must be exactly 0.
     Raises :class:`CausalityError` for the first pair where it is not."""
-    idx = example_tokens(model, T, seed) if idx is None else _as_sequence(idx)
+    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
     _raise_first("jacobian", jacobian_map(model, idx, embedding, seed), 0.0)
 
 
 def find_leaks(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: int = 16, seed: int = 0
                ) -> dict[str, tuple[int, int] | None]:
     """What each test finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``."""
-    idx = example_tokens(model, T, seed) if idx is None else _as_sequence(idx)
+    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
     return {"prefix": first_leak(dependence_map(model, idx, seed), atol),
             "cut": first_leak(cut_map(model, idx), atol),
             "jacobian": first_leak(jacobian_map(model, idx, seed=seed), 0.0)}

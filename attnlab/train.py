@@ -10,6 +10,7 @@ those bits change the printed losses.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .gpt import GPT
 
@@ -71,3 +72,14 @@ def evaluate(model: GPT, data: torch.Tensor, block_size: int | None = None, batc
     model.eval()
     losses = [model(*next_token_batch(data, block_size, batch_size, generator))[1].item() for _ in range(batches)]
     return sum(losses) / len(losses)
+
+
+def loss_prefix_by_prefix(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The slow, obviously honest loss (chapter 4): position t sees only ``x[:, :t+1]``,
+    one forward pass per position. Returns the loss of every position, [B, T]."""
+    losses = []
+    with torch.no_grad():
+        for t in range(x.size(1)):
+            logits_t = model(x[:, : t + 1])[0][:, -1]  # [B, V]: the last position of the prefix
+            losses.append(F.cross_entropy(logits_t, y[:, t], reduction="none"))  # [B]
+    return torch.stack(losses, dim=1)  # [B, T]

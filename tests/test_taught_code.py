@@ -136,3 +136,31 @@ def test_chapter_3_runs_with_other_block_sizes():
         assert any(old in cell for cell in notebook_cells(CHAPTER_3)), old
     namespace = run_with_changes(CHAPTER_3, changes)
     assert namespace["counts"].skipped == 0  # block 300 > T = 200: one diagonal tile, nothing skipped
+
+
+CHAPTER_4 = "04-teacher-forcing"
+CHAPTER_5 = "05-is-my-model-causal"
+
+
+def test_chapter_4_shows_the_package_code():
+    from attnlab import train
+
+    shown = definition(defined_in(notebook_cells(CHAPTER_4), "loss_prefix_by_prefix"), "loss_prefix_by_prefix")
+    assert ast.dump(shown) == ast.dump(definition(inspect.getsource(train), "loss_prefix_by_prefix"))
+
+
+@pytest.mark.parametrize("name", ["dependence_map", "cut_map", "jacobian_map"])
+def test_chapter_5_shows_the_package_code(name):
+    from attnlab import causality
+
+    shown = definition(defined_in(notebook_cells(CHAPTER_5), name), name)
+    assert ast.dump(shown) == ast.dump(definition(inspect.getsource(causality), name))
+
+
+def test_chapter_5_runs_with_another_sequence():
+    changes = [('tok.encode("the causal mask ")', 'tok.encode("a short leak")')]
+    for old, _ in changes:
+        assert any(old in cell for cell in notebook_cells(CHAPTER_5)), old
+    namespace = run_with_changes(CHAPTER_5, changes)
+    assert namespace["T"] == len("a short leak")
+    assert len(namespace["explorer"].maps["causal"]["cut"]) == namespace["T"]
