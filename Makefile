@@ -2,16 +2,18 @@
 #   make book   build the course site in English, German and Chinese and serve it
 #   make test   run the whole test suite (what CI runs through .ci/run)
 # Both create .venv from the pinned requirements/lock.txt first.
+# And for learners: make lab   opens the course in JupyterLab (LAB_LANG=de or zh).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
+LAB_LANG ?= en
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book site serve test venv notebooks font browser bench clean
+.PHONY: book site serve test venv notebooks font browser lab bench clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +32,19 @@ serve: $(STAMP)                ## serve the built site on 127.0.0.1
 
 book: site serve               ## command 1: build, then serve on http://127.0.0.1:$(PORT)/
 
-browser:                       ## Debian's chromium for the browser tests (Playwright drives it), fc-list, a system CJK font
-	@test -x /usr/bin/chromium && command -v fc-list >/dev/null && test -d /usr/share/fonts/opentype/noto || \
-		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fontconfig fonts-noto-cjk >/dev/null; }
+browser:                       ## Debian's chromium (unless ATTNLAB_CHROMIUM names another browser), fc-list, a system CJK font
+	@test -n "$$ATTNLAB_CHROMIUM" || test -x /usr/bin/chromium || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@command -v fc-list >/dev/null && test -d /usr/share/fonts/opentype/noto || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fontconfig fonts-noto-cjk >/dev/null; }
 
 test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests chapters/en chapters/de chapters/zh solutions/en solutions/de solutions/zh
+
+lab: $(STAMP)                  ## JupyterLab (pinned in the lock) on 127.0.0.1 with chapter 1 open
+	$(BIN)/python -m jupyterlab --ServerApp.ip=127.0.0.1 $(if $(SUDO),,--allow-root) \
+		--LabApp.default_url=/lab/tree/chapters/$(LAB_LANG)/01-causal-mask.ipynb
 
 notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
 	$(BIN)/python -m tools.notebooks build

@@ -17,6 +17,13 @@ positions: the diagonal sits in the lower-right corner, as with
 ``torch.nn.attention.bias.causal_lower_right``. Chapter 3 shows
 ``tile_kind`` and ``blocked_attention`` in the notebook; a test keeps that
 code and this module equal.
+
+Chapter 9 (ring attention) needs the same loop for keys that arrive in blocks
+from other processes, with the positions of any layout: :func:`attend_tiles`
+is ``blocked_attention``'s loop with explicit positions and the running
+statistics kept in :class:`OnlineSoftmax` between calls. On one whole
+sequence it gives bit for bit the output and the counts of
+``blocked_attention`` (tests/test_blocked_and_memory.py).
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ class TileCounts:
     @property
     def computed(self) -> int:
         return self.full + self.diagonal
+
+    def __add__(self, other: TileCounts) -> TileCounts:
+        return TileCounts(self.full + other.full, self.diagonal + other.diagonal,
+                          self.skipped + other.skipped, self.score_flops + other.score_flops)
 
 
 def check_blocked_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block, causal: bool) -> None:
@@ -109,3 +120,76 @@ def blocked_attention(q, k, v, block=64, causal=True):
             m = m_new
         out[..., q_start:q_end, :] = (acc / l[..., None]).to(out.dtype)
     return out, counts
+
+
+# --------------------------------------------------------------------------- blocks that arrive one by one
+
+
+class OnlineSoftmax:
+    """The running statistics of ``blocked_attention`` for one query tile, kept between calls:
+    maximum ``m`` and sum of exponentials ``l`` per row, unnormalised output ``acc``."""
+
+    def __init__(self, rows: torch.Size, d_v: int, device: torch.device):
+        self.m = torch.full(rows, float("-inf"), dtype=torch.float32, device=device)  # [..., bq]
+        self.l = torch.zeros(rows, dtype=torch.float32, device=device)  # [..., bq]
+        self.acc = torch.zeros(*rows, d_v, dtype=torch.float32, device=device)  # [..., bq, d_v]
+
+    def add(self, scores: torch.Tensor, v: torch.Tensor) -> None:
+        """Fold in one tile: ``scores`` [..., bq, bk] (float32, -inf where masked), ``v`` [..., bk, d_v]."""
+        m_new = torch.maximum(self.m, scores.amax(dim=-1))  # [..., bq]
+        # a row that has seen only masked keys so far keeps m = -inf: subtract 0 there, not -inf (no NaN)
+        shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
+        p = torch.exp(scores - shift[..., None])  # [..., bq, bk]
+        correction = torch.exp(self.m - shift)  # rescales what was summed under the old maximum
+        self.l = self.l * correction + p.sum(dim=-1)
+        self.acc = self.acc * correction[..., None] + p @ v.float()
+        self.m = m_new
+
+    def result(self, dtype: torch.dtype) -> torch.Tensor:
+        return (self.acc / self.l[..., None]).to(dtype)  # [..., bq, d_v]
+
+
+def start_states(q: torch.Tensor, d_v: int, block: int) -> list[OnlineSoftmax]:
+    """One :class:`OnlineSoftmax` per query tile of ``q`` [..., S_q, d]."""
+    S_q = q.shape[-2]
+    return [OnlineSoftmax(torch.Size((*q.shape[:-2], min(block, S_q - s))), d_v, q.device)
+            for s in range(0, S_q, block)]
+
+
+def finish_states(states: list[OnlineSoftmax], dtype: torch.dtype) -> torch.Tensor:
+    return torch.cat([state.result(dtype) for state in states], dim=-2)  # [..., S_q, d_v]
+
+
+def attend_tiles(states: list[OnlineSoftmax], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 q_pos: torch.Tensor, k_pos: torch.Tensor, block: int, causal: bool = True) -> TileCounts:
+    """Fold keys ``k`` / values ``v`` [..., S_k, d] into the running softmax of the queries ``q``
+    [..., S_q, d], tile by tile, as ``blocked_attention`` does.
+
+    ``states[i]`` holds query tile i (rows i*block ...). ``q_pos`` [S_q] and ``k_pos`` [S_k]
+    are the positions in the whole sequence, increasing within each: a key may be read by a
+    query whose position is not smaller. Returns what was computed and what was skipped.
+    """
+    counts = TileCounts()
+    S_q, S_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    for i, q_start in enumerate(range(0, S_q, block)):
+        q_end = min(q_start + block, S_q)
+        q_tile = q[..., q_start:q_end, :] / math.sqrt(d)  # [..., bq, d]
+        for k_start in range(0, S_k, block):
+            k_end = min(k_start + block, S_k)
+            kind = "full"
+            if causal:
+                kind = tile_kind(int(q_pos[q_start]), int(q_pos[q_end - 1]) + 1,
+                                 int(k_pos[k_start]), int(k_pos[k_end - 1]) + 1)
+            if kind == "skipped":
+                counts.skipped += 1
+                continue  # the keys and values of this tile are never read
+            scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).float()  # [..., bq, bk]
+            counts.score_flops += 2 * (q_end - q_start) * (k_end - k_start) * d * math.prod(q.shape[:-2])
+            if kind == "diagonal":
+                future = k_pos[None, k_start:k_end] > q_pos[q_start:q_end, None]  # [bq, bk]
+                scores = scores.masked_fill(future, float("-inf"))
+                counts.diagonal += 1
+            else:
+                counts.full += 1
+            states[i].add(scores, v[..., k_start:k_end, :])
+    return counts

@@ -13,7 +13,10 @@ The attention is chapter 2's multi-head attention (``split_heads`` /
 masked softmax (``attention="explicit"``); both give the same numbers. A
 :class:`KVCache` turns the same model into an incremental decoder (chapter 6).
 ``causal=False`` removes the mask: the leaky model of chapter 4, and the
-bidirectional encoder of chapter 7.
+bidirectional encoder of chapter 7. Chapter 8 adds what real models do
+differently, each off by default: fewer key/value heads than query heads
+(``n_kv_head``: grouped-query and multi-query attention), rotary positions
+(``positions="rope"``) and a sliding window (``window``).
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import attention
+from .mask_builder import build_mask
+from .i18n import tr
+from .inputs import describe, whole_number
 from .masks import causal_allowed_from_indices
 from .multihead import merge_heads, split_heads
+from .rope import apply_rope
 
 
 @dataclass
@@ -42,10 +49,21 @@ class GPTConfig:
     causal: bool = True  # False: no mask at all (the leak of chapter 4, BERT's encoder in chapter 7)
     dropout: float = 0.0
     bias: bool = False
+    n_kv_head: int | None = None  # key/value heads: None = n_head (MHA), 1 = MQA, in between = GQA (chapter 8)
+    positions: str = "learned"  # "learned" (added position embeddings) or "rope" (rotary, chapter 8)
+    window: int | None = None  # sliding window: each query reads its last `window` keys (chapter 8)
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
+            raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
+        if self.positions not in ("learned", "rope"):
+            raise ValueError(f"positions must be 'learned' or 'rope', not {self.positions!r}")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ValueError(f"rope rotates pairs of features: head_dim={self.head_dim} must be even")
+        if self.window is not None and (self.window < 1 or not self.causal):
+            raise ValueError(f"window={self.window} needs causal=True and window >= 1")
         if self.norm not in ("layer", "rms"):
             raise ValueError(f"norm must be 'layer' or 'rms', not {self.norm!r}")
         if self.attention not in ("sdpa", "explicit"):
@@ -54,6 +72,11 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """H_kv: heads that keys and values have (the KV cache stores these)."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
 
 
 def make_norm(config: GPTConfig) -> nn.Module:
@@ -66,7 +89,7 @@ def make_norm(config: GPTConfig) -> nn.Module:
 class KVCache:
     """Keys and values of every layer, pre-allocated for ``max_len`` positions.
 
-    ``k`` and ``v`` are [L, B, H, max_len, d]; positions ``0 .. pos-1`` are
+    ``k`` and ``v`` are [L, B, H_kv, max_len, d]; positions ``0 .. pos-1`` are
     filled. A forward pass over T new tokens writes their keys and values at
     ``pos .. pos+T-1`` in every layer, then :meth:`advance` moves ``pos`` on.
     Valid only for a causal model: the keys and values of earlier positions
@@ -75,31 +98,63 @@ class KVCache:
 
     def __init__(self, config: GPTConfig, batch_size: int, max_len: int | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
-        max_len = max_len or config.block_size
-        if max_len > config.block_size:
-            raise ValueError(f"max_len={max_len} exceeds the model's block_size={config.block_size}")
-        shape = (config.n_layer, batch_size, config.n_head, max_len, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H, max_len, d]
-        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H, max_len, d]
+        if not isinstance(config, GPTConfig):
+            raise TypeError(tr("error.cache_config", got=describe(config)))
+        batch_size = whole_number("batch_size", batch_size, low=1)
+        if max_len is None:
+            max_len = config.block_size
+        else:
+            max_len = whole_number("max_len", max_len)
+            if not 1 <= max_len <= config.block_size:
+                raise ValueError(tr("error.cache_max_len", block_size=config.block_size, got=max_len))
+        shape = (config.n_layer, batch_size, config.kv_heads, max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
+        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
         self.pos = 0  # how many positions are filled
         self.max_len = max_len
 
     def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store [B, H, T_new, d] keys and values at ``pos``; return all of them, [B, H, pos+T_new, d]."""
+        self.check_new(layer, k_new, v_new)
         end = self.pos + k_new.size(-2)
-        if end > self.max_len:
-            raise ValueError(f"the cache holds {self.max_len} positions; {end} were asked for")
         self.k[layer, :, :, self.pos:end] = k_new
         self.v[layer, :, :, self.pos:end] = v_new
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
     def advance(self, n: int) -> None:
+        """Mark ``n`` more positions as filled (after every layer has stored them)."""
+        n = whole_number("n", n, low=0)
+        self.check_room(n)
         self.pos += n
+
+    def check_new(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
+        L, B, H, _, d = self.k.shape
+        whole_number("layer", layer, 0, L - 1)
+        if (k_new.dim() != 4 or k_new.shape != v_new.shape
+                or (k_new.size(0), k_new.size(1), k_new.size(3)) != (B, H, d)):
+            raise ValueError(tr("error.cache_shape", B=B, H=H, d=d, k=tuple(k_new.shape), v=tuple(v_new.shape)))
+        self.check_room(k_new.size(-2))
+
+    def check_room(self, n: int) -> None:
+        if self.pos + n > self.max_len:
+            raise ValueError(tr("error.cache_full", max_len=self.max_len, pos=self.pos, n=n, need=self.pos + n))
+
+    def check_fits(self, config: GPTConfig, batch_size: int, T_new: int) -> None:
+        """Clear errors before a forward pass: a cache of another model or batch, or one that is full."""
+        if not config.causal:
+            raise ValueError(tr("error.cache_bidirectional"))
+        L, B, H, _, d = self.k.shape
+        if (L, H, d) != (config.n_layer, config.n_head, config.head_dim):
+            raise ValueError(tr("error.cache_model", L=L, H=H, d=d, model_L=config.n_layer,
+                                model_H=config.n_head, model_d=config.head_dim))
+        if B != batch_size:
+            raise ValueError(tr("error.cache_batch", cache_B=B, B=batch_size))
+        self.check_room(T_new)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the cache tensors: 2 x L x B x H x max_len x d x bytes per number."""
+        """Bytes held by the cache tensors: 2 x L x B x H_kv x max_len x d x bytes per number."""
         return self.k.nbytes + self.v.nbytes
 
 
@@ -108,33 +163,50 @@ class SelfAttention(nn.Module):
 
     def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
-        D = config.n_embd
-        self.config, self.layer, self.n_head = config, layer, config.n_head
+        D, D_kv = config.n_embd, config.kv_heads * config.head_dim
+        self.config, self.layer, self.n_head, self.n_kv_head = config, layer, config.n_head, config.kv_heads
         self.q_proj = nn.Linear(D, D, bias=config.bias)
-        self.k_proj = nn.Linear(D, D, bias=config.bias)
-        self.v_proj = nn.Linear(D, D, bias=config.bias)
+        self.k_proj = nn.Linear(D, D_kv, bias=config.bias)  # D_kv = D unless keys are shared (GQA, MQA)
+        self.v_proj = nn.Linear(D, D_kv, bias=config.bias)
         self.out_proj = nn.Linear(D, D, bias=config.bias)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        q, k, v = (split_heads(proj(x), self.n_head) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        start = cache.pos if cache is not None else 0
+        q, k, v = self.project(x, torch.arange(start, start + x.size(1), device=x.device))
         if cache is not None:
-            k, v = cache.update(self.layer, k, v)  # [B, H, T_past + T, d]
+            k, v = cache.update(self.layer, k, v)  # [B, H_kv, T_past + T, d]
         out = self.attend(q, k, v)  # [B, H, T, d]
         return self.out_proj(merge_heads(out))  # [B, T, D]
 
+    def project(self, x: torch.Tensor, positions: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[B, T, D] -> q [B, H, T, d], k and v [B, H_kv, T, d]; with RoPE, q and k are
+        rotated by their ``positions`` ([T] or [B, T]) before any cache stores them."""
+        q = split_heads(self.q_proj(x), self.n_head)
+        k = split_heads(self.k_proj(x), self.n_kv_head)
+        v = split_heads(self.v_proj(x), self.n_kv_head)
+        if self.config.positions == "rope":
+            q, k = apply_rope(q, positions), apply_rope(k, positions)
+        return q, k, v
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """[B, H, T_q, d] queries over [B, H, T_kv, d] keys; the queries are the LAST T_q positions."""
-        T_q, T_kv = q.size(-2), k.size(-2)
+        """[B, H, T_q, d] queries over [B, H_kv, T_kv, d] keys; the queries are the LAST T_q positions."""
+        T_q, T_kv, window = q.size(-2), k.size(-2), self.config.window
         dropout = self.config.dropout if self.training else 0.0
-        if not self.config.causal or T_q == 1:
-            allowed = None  # no mask, or one new query that may read every cached key
+        if not self.config.causal or (T_q == 1 and (window is None or T_kv <= window)):
+            allowed = None  # no mask, or one new query that may read every key it is given
+        elif window is not None:
+            allowed = build_mask("sliding_window", T_q, T_kv, window=window, device=q.device)  # lower-right
         else:
             allowed = causal_allowed_from_indices(T_q, T_kv, device=q.device)  # kv <= q, lower-right
+        gqa = {} if self.n_kv_head == self.n_head else {"enable_gqa": True}  # query head h reads K/V head h // G
         if self.config.attention == "explicit":
+            if gqa:  # chapter 1's attention needs one K/V head per query head: repeat each group's
+                k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
             return attention(q, k, v, allowed)
-        if allowed is not None and T_q == T_kv:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
+        if allowed is not None and T_q == T_kv and window is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, **gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout, **gqa)
 
 
 class MLP(nn.Module):
@@ -172,7 +244,8 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)  # [V, D]
-        self.position_embedding = nn.Embedding(config.block_size, config.n_embd)  # [block_size, D]
+        self.position_embedding = (nn.Embedding(config.block_size, config.n_embd)  # [block_size, D]
+                                   if config.positions == "learned" else None)  # RoPE: no position vectors
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.norm_f = make_norm(config)
@@ -204,15 +277,21 @@ class GPT(nn.Module):
 
     def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """tokens [B, T] -> the final normalized hidden states [B, T, D] (what the head reads)."""
-        if idx.dim() != 2 or idx.dtype != torch.long:
-            raise ValueError(f"idx must be a [B, T] tensor of token ids (torch.long), got "
-                             f"{tuple(idx.shape)} {idx.dtype}")
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+            got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
+            raise ValueError(tr("error.gpt_idx", got=got))
         B, T = idx.shape
+        if cache is not None:
+            cache.check_fits(self.config, B, T)
         start = cache.pos if cache is not None else 0  # a decoded token keeps its place in the sequence
         if start + T > self.config.block_size:
-            raise ValueError(f"positions {start}..{start + T - 1} exceed block_size={self.config.block_size}")
+            raise ValueError(tr("error.block_size", first=start, last=start + T - 1,
+                                block_size=self.config.block_size))
         positions = torch.arange(start, start + T, device=idx.device)  # [T]
-        x = self.dropout(self.token_embedding(idx) + self.position_embedding(positions))  # [B, T, D]
+        x = self.token_embedding(idx)  # [B, T, D]
+        if self.position_embedding is not None:  # RoPE instead rotates q and k inside attention
+            x = x + self.position_embedding(positions)
+        x = self.dropout(x)
         for block in self.blocks:
             x = block(x, cache)
         if cache is not None:
@@ -230,10 +309,11 @@ class GPT(nn.Module):
         every step recomputes the whole sequence. Both give the same tokens.
         """
         if not self.config.causal and use_cache:
-            raise ValueError("a KV cache is only valid for a causal model (chapter 7)")
+            raise ValueError(tr("error.cache_bidirectional"))
+        max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=0)
         T_total = idx.size(1) + max_new_tokens
         if T_total > self.config.block_size:
-            raise ValueError(f"{idx.size(1)} + {max_new_tokens} tokens exceed block_size={self.config.block_size}")
+            raise ValueError(tr("error.block_size", first=0, last=T_total - 1, block_size=self.config.block_size))
         cache = KVCache(self.config, idx.size(0), T_total, device=idx.device,
                         dtype=self.token_embedding.weight.dtype) if use_cache else None
         logits, _ = self(idx, cache=cache)  # prefill: [B, T0, V]

@@ -319,6 +319,10 @@ def _first_difference(expected: Any, got: Any, where: str = "") -> tuple[str, An
     return None if expected == got else (where, expected, got)
 
 
+def _holds_tensors(x: Any) -> bool:
+    return isinstance(x, (list, tuple)) and any(isinstance(v, torch.Tensor) or _holds_tensors(v) for v in x)
+
+
 def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Problem | None:
     """None when ``got`` is right; else the first thing that is wrong."""
     if got is None and expected is not None:
@@ -333,6 +337,16 @@ def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1
         if got.device != expected.device:
             return Problem("grader.device", {"expected": str(expected.device), "got": str(got.device)})
         return compare_values(expected, got, atol, rtol)
+    if _holds_tensors(expected):  # several tensors, e.g. (output, k_cache, v_cache): one by one
+        if not isinstance(got, (list, tuple)):
+            return Problem("grader.wrong_type", {"expected": _type_name(expected), "got": _type_name(got)})
+        if len(got) != len(expected):
+            return Problem("grader.length", {"expected": len(expected), "got": len(got)})
+        for n, (e, g) in enumerate(zip(expected, got)):
+            problem = compare_outputs(e, g, atol, rtol)
+            if problem is not None:
+                return Problem("grader.returned_item", {"n": n + 1, "total": len(expected)}, detail=problem)
+        return None
     expected_plain, got_plain = _plain(expected), _plain(got)
     if isinstance(expected_plain, list) and not isinstance(got_plain, list):
         return Problem("grader.wrong_type", {"expected": _type_name(expected), "got": _type_name(got)})
@@ -380,6 +394,9 @@ def compare_values(expected: torch.Tensor, got: torch.Tensor, atol: float = 1e-5
 def same_output(a: Any, b: Any, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
     """Do two outputs say the same thing? Values only (dtype and device ignored), NaN equals NaN."""
     try:
+        if _holds_tensors(a) or _holds_tensors(b):
+            return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b)
+                    and all(same_output(x, y, atol, rtol) for x, y in zip(a, b)))
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
                 return False
@@ -479,7 +496,10 @@ def _diagnose(task: Task, fn: Callable, case: Case, reference: Any, got: Any,
             continue
         if not same_output(wrong, reference) and same_output(got, wrong):
             return Problem(f"grader.mutant.{task.id}.{name}", detail=problem)
-    if problem.key in ("grader.values", "grader.values_exact", "grader.nan"):
+    innermost = problem
+    while innermost.key == "grader.returned_item" and innermost.detail is not None:
+        innermost = innermost.detail
+    if innermost.key in ("grader.values", "grader.values_exact", "grader.nan"):
         try:
             again = call(fn, case, case.seed + 1)
         except BaseException:  # noqa: BLE001

@@ -23,6 +23,10 @@ kind                      query i may read key j when
 ``cross``                 always; queries and keys come from different sequences
                           (the decoder reading the encoder in T5)
 ========================  ======================================================
+
+Chapter 8 adds rules that differ per row of a batch (:func:`padding_mod`,
+:func:`document_mod`), :func:`and_masks` / :func:`or_masks` to combine rules,
+and :func:`batch_mask` for a dense [B, 1, T_q, T_kv] mask.
 """
 
 from __future__ import annotations
@@ -31,18 +35,16 @@ from typing import Callable
 
 import torch
 
+from .i18n import tr
+from .inputs import describe, whole_number
+
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 MASK_KINDS = ("causal", "strict", "bidirectional", "prefix_lm", "sliding_window", "cross")
 
 
 def mask_mod(kind: str, *, prefix: int | None = None, window: int | None = None) -> MaskMod:
     """The rule of one mask type as ``mask_mod(b, h, q_idx, kv_idx)`` (True = may read)."""
-    if kind not in MASK_KINDS:
-        raise ValueError(f"unknown mask kind {kind!r}; choose one of {', '.join(MASK_KINDS)}")
-    if kind == "prefix_lm" and (prefix is None or prefix < 0):
-        raise ValueError("prefix_lm needs prefix=<number of prefix tokens, >= 0>")
-    if kind == "sliding_window" and (window is None or window < 1):
-        raise ValueError("sliding_window needs window=<number of keys a query sees, >= 1>")
+    kind, prefix, window = check_mask_options(kind, prefix, window)
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx
@@ -64,18 +66,117 @@ def mask_mod(kind: str, *, prefix: int | None = None, window: int | None = None)
     return rules[kind]
 
 
+def check_mask_options(kind, prefix, window) -> tuple[str, int | None, int | None]:
+    """A known kind, and exactly the options it uses (a prefix for prefix_lm, a window for sliding_window)."""
+    if not isinstance(kind, str) or kind not in MASK_KINDS:
+        raise ValueError(tr("error.kind", options=", ".join(MASK_KINDS), got=describe(kind)))
+    owner = {"prefix": "prefix_lm", "window": "sliding_window"}  # the kind that uses each option
+    for name, value in (("prefix", prefix), ("window", window)):
+        if owner[name] == kind and value is None:
+            raise ValueError(tr("error.mask_needs", kind=kind, name=name))
+        if owner[name] != kind and value is not None:
+            raise ValueError(tr("error.mask_extra", kind=kind, name=name, other=owner[name]))
+    if prefix is not None:
+        prefix = whole_number("prefix", prefix, low=0)
+    if window is not None:
+        window = whole_number("window", window, low=1)
+    return kind, prefix, window
+
+
 def build_mask(kind: str, T_q: int, T_kv: int | None = None, *, prefix: int | None = None,
                window: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
     """Dense boolean mask [T_q, T_kv], True = may read; queries are the last T_q positions."""
-    T_kv = T_q if T_kv is None else T_kv
-    if T_q < 1 or T_kv < 1:
-        raise ValueError(f"T_q and T_kv must be >= 1, got {T_q} and {T_kv}")
-    if kind != "cross" and T_q > T_kv:
-        raise ValueError(f"self-attention needs T_q <= T_kv (queries are the last T_q of the T_kv "
-                         f"positions); got T_q={T_q}, T_kv={T_kv}")
+    T_q = whole_number("T_q", T_q, low=1)
+    T_kv = T_q if T_kv is None else whole_number("T_kv", T_kv, low=1)
     rule = mask_mod(kind, prefix=prefix, window=window)
+    if kind != "cross" and T_q > T_kv:
+        raise ValueError(tr("error.mask_more_queries", T_q=T_q, T_kv=T_kv))
     offset = 0 if kind == "cross" else T_kv - T_q
     q_idx = torch.arange(offset, offset + T_q, device=device)[:, None]  # [T_q, 1]
     kv_idx = torch.arange(T_kv, device=device)[None, :]  # [1, T_kv]
     zero = torch.zeros((), dtype=torch.long, device=device)
     return rule(zero, zero, q_idx, kv_idx).expand(T_q, T_kv).clone()  # [T_q, T_kv]
+
+
+# Chapter 8: masks for a batch. Padding and packed documents differ from row to
+# row of the batch, so their rules read tensors indexed by the batch index b.
+# They are still mask_mods, so they combine with the rules above by and / or,
+# as Hugging Face's ``create_causal_mask`` combines ``kv <= q`` with padding.
+
+def and_masks(*mods: MaskMod) -> MaskMod:
+    """A query may read a key only if every rule allows it (intersection)."""
+    if not mods:
+        raise ValueError(tr("ch8.err_no_rules"))
+
+    def every(b, h, q_idx, kv_idx):
+        allowed = mods[0](b, h, q_idx, kv_idx)
+        for mod in mods[1:]:
+            allowed = allowed & mod(b, h, q_idx, kv_idx)
+        return allowed
+
+    return every
+
+
+def or_masks(*mods: MaskMod) -> MaskMod:
+    """A query may read a key if any rule allows it (union)."""
+    if not mods:
+        raise ValueError(tr("ch8.err_no_rules"))
+
+    def any_of(b, h, q_idx, kv_idx):
+        allowed = mods[0](b, h, q_idx, kv_idx)
+        for mod in mods[1:]:
+            allowed = allowed | mod(b, h, q_idx, kv_idx)
+        return allowed
+
+    return any_of
+
+
+def keep_from_lengths(lengths, T: int, side: str = "right", device=None) -> torch.Tensor:
+    """[B, T] bool, True = a real token, False = padding; ``side`` is where the padding goes."""
+    lengths = torch.as_tensor(lengths, device=device)
+    if side not in ("right", "left"):
+        raise ValueError(tr("ch8.err_side", side=side))
+    if lengths.dim() != 1 or (lengths < 0).any() or (lengths > T).any():
+        raise ValueError(tr("ch8.err_lengths", T=T, lengths=lengths.tolist()))
+    slots = torch.arange(T, device=lengths.device)[None, :]  # [1, T]
+    if side == "right":
+        return slots < lengths[:, None]  # tokens first, then padding
+    return slots >= T - lengths[:, None]  # padding first, then tokens
+
+
+def padding_mod(keep: torch.Tensor) -> MaskMod:
+    """Key padding: a query may read key ``kv_idx`` of row ``b`` only if it is a real token.
+    ``keep`` is [B, T_kv] bool (True = real token), for example from :func:`keep_from_lengths`."""
+    if keep.dim() != 2 or keep.dtype != torch.bool:
+        raise ValueError(tr("ch8.err_keep", shape=tuple(keep.shape), dtype=str(keep.dtype)))
+
+    def padding(b, h, q_idx, kv_idx):
+        return keep[b, kv_idx]
+
+    return padding
+
+
+def document_mod(document_ids: torch.Tensor) -> MaskMod:
+    """Packed documents: a query may read a key only from its own document.
+    ``document_ids`` is [B, T] (one integer per token); combine with ``causal``."""
+    if document_ids.dim() != 2 or document_ids.is_floating_point() or document_ids.dtype == torch.bool:
+        raise ValueError(tr("ch8.err_documents", shape=tuple(document_ids.shape), dtype=str(document_ids.dtype)))
+
+    def same_document(b, h, q_idx, kv_idx):
+        return document_ids[b, q_idx] == document_ids[b, kv_idx]
+
+    return same_document
+
+
+def batch_mask(mod: MaskMod, B: int, T_q: int, T_kv: int | None = None,
+               device: torch.device | str | None = None) -> torch.Tensor:
+    """Dense boolean mask [B, 1, T_q, T_kv] of any mask_mod (True = may read), the
+    shape SDPA broadcasts over heads; queries are the last T_q of T_kv positions."""
+    T_kv = T_q if T_kv is None else T_kv
+    if B < 1 or T_q < 1 or T_q > T_kv:
+        raise ValueError(tr("ch8.err_batch_shape", B=B, T_q=T_q, T_kv=T_kv))
+    b = torch.arange(B, device=device)[:, None, None, None]  # [B, 1, 1, 1]
+    h = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)  # one mask for every head
+    q_idx = torch.arange(T_kv - T_q, T_kv, device=device)[None, None, :, None]  # [1, 1, T_q, 1]
+    kv_idx = torch.arange(T_kv, device=device)[None, None, None, :]  # [1, 1, 1, T_kv]
+    return mod(b, h, q_idx, kv_idx).expand(B, 1, T_q, T_kv).clone()  # [B, 1, T_q, T_kv]

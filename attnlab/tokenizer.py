@@ -2,9 +2,10 @@
 
 Each character is one token: a Latin letter, an umlaut and a Chinese
 character alike. The vocabulary is every character of the course's training
-text (``attnlab/data/corpus.{en,de,zh}.txt``) plus one id for characters it
-has never seen (``UNKNOWN``, id 0), so any string can be encoded, and one
-id for the ``MASK`` token of masked language modelling (chapter 7, id 1).
+text (``attnlab/data/corpus.{en,de,zh}.txt``) and of its example sentence in
+the three languages (``tr("sentence")``), plus one id for characters it has
+never seen (``UNKNOWN``, id 0), so any string can be encoded, and one id for
+the ``MASK`` token of masked language modelling (chapter 7, id 1).
 """
 
 from __future__ import annotations
@@ -56,5 +57,8 @@ def corpus(lang: str) -> str:
 
 @lru_cache(maxsize=1)
 def course_tokenizer() -> CharTokenizer:
-    """One tokenizer for all three languages: every character of the three corpora."""
-    return CharTokenizer("".join(corpus(lang) for lang in LANGUAGES))
+    """One tokenizer for all three languages: every character of the three corpora and example sentences."""
+    from .i18n import tr
+
+    sentences = "".join(tr("sentence", lang=lang) for lang in LANGUAGES)
+    return CharTokenizer("".join(corpus(lang) for lang in LANGUAGES) + sentences)

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 import ipywidgets as widgets
 import torch
 
-from . import inputs
+from . import inputs, live
 from .attention import attention_scores, masked_softmax
 from .i18n import tr
 from .masks import causal_allowed
@@ -33,8 +33,11 @@ def nested_stack(controls: Sequence[widgets.Widget], render: Callable[..., widge
 
     Each control needs an integer ``index`` trait (ToggleButtons, Dropdown,
     RadioButtons); it is linked in the browser to every stack of its level.
-    Returns the outer stack and the links.
+    Returns the outer stack and the links. Where that cannot work (Colab,
+    ipywidgets 7), a box driven by Python callbacks instead: see ``live.py``.
     """
+    if live.use_callbacks():
+        return live.callback_stack(controls, render)
     links: list[widgets.Link] = []
 
     def build(level: int, chosen: tuple[int, ...]) -> widgets.Widget:

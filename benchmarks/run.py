@@ -86,7 +86,8 @@ def machine(device: torch.device) -> dict:
     except OSError:
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "device": device.type}
+            "torch": torch.__version__, "python": platform.python_version(), "device": device.type,
+            "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -200,7 +201,9 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [f"# Benchmarks ({result['size']} sizes)", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} with {m['torch_threads']} threads, "
-             f"device {m['device']}" + (f" ({m['gpu']})" if m.get("gpu") else "") + f". Run: {result['date']}.",
+             f"device {m['device']}" + (f" ({m['gpu']})" if m.get("gpu") else "") + f". Run: {result['date']}"
+             + (f", load average {m['load_average_1min']} at the start" if m.get("load_average_1min") is not None
+                else "") + ".",
              "", "Times are medians after warm-up; ratios are from this one run. Peak memory is counted "
              "exactly by attnlab.memory (tensors only; kernel scratch buffers are not seen).", "",
              "## Attention: naive masked vs SDPA vs blocked tile-skipping (B=1, d=64)", "",

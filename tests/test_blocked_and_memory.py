@@ -182,3 +182,34 @@ def test_non_square_attention_with_causal_allowed_from_indices_is_right(T_q, T_k
     assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allowed), atol=1e-6)
     if T_q < T_kv:  # is_causal=True is top-left aligned: not the same
         assert not torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-3)
+
+
+@pytest.mark.parametrize("T_q, T_kv, block, causal", [(64, 64, 16, True), (50, 50, 7, True), (40, 40, 8, False),
+                                                       (24, 64, 16, True)])
+def test_attend_tiles_is_blocked_attention_with_explicit_positions(T_q, T_kv, block, causal):
+    """Chapter 9 folds blocks in with attend_tiles: on one whole sequence it is bit for bit
+    chapter 3's blocked_attention (output and counts), also with fewer queries than keys."""
+    from attnlab.blocked import attend_tiles, finish_states, start_states
+
+    torch.manual_seed(T_q + T_kv)
+    q, k, v = torch.randn(2, 3, T_q, 16), torch.randn(2, 3, T_kv, 16), torch.randn(2, 3, T_kv, 8)
+    expected, expected_counts = blocked_attention(q, k, v, block=block, causal=causal)
+    states = start_states(q, v.shape[-1], block)
+    counts = attend_tiles(states, q, k, v, torch.arange(T_kv - T_q, T_kv), torch.arange(T_kv), block, causal)
+    assert torch.equal(finish_states(states, q.dtype), expected)
+    assert counts == expected_counts
+
+
+def test_attend_tiles_in_two_halves_equals_one_pass_and_survives_fully_masked_rows():
+    """Keys may arrive in any order, and a tile may hide every key from some row (ring attention)."""
+    from attnlab.blocked import attend_tiles, finish_states, start_states
+
+    q, k, v = torch.randn(3, 1, 2, 32, 8).unbind(0)
+    positions = torch.arange(32)
+    states = start_states(q, 8, 4)
+    late, early = slice(16, 32), slice(0, 16)  # the later keys first: rows 0..15 see nothing at first
+    attend_tiles(states, q, k[..., late, :], v[..., late, :], positions, positions[late], 4)
+    attend_tiles(states, q, k[..., early, :], v[..., early, :], positions, positions[early], 4)
+    out = finish_states(states, q.dtype)
+    assert not out.isnan().any()
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)

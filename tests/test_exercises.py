@@ -20,7 +20,8 @@ LANGS = notebooks.LANGUAGES
 
 
 def test_every_exercise_has_a_stub_and_a_solution_in_every_language():
-    assert [s.slug for s in EXERCISES] == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention"]
+    assert [s.slug for s in EXERCISES] == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention",
+                                           "06-kv-cache", "07-bidirectional-attention"]
     for source in EXERCISES:
         for lang in LANGS:
             assert source.output_path(lang) == notebooks.ROOT / "exercises" / lang / f"{source.slug}.ipynb"
@@ -108,12 +109,12 @@ def test_check_finds_stale_executed_drifting_missing_and_orphaned_exercises(tmp_
     assert notebooks.check(root) == []
     slug = EXERCISES[0].slug
     stub = nbformat.read(root / "exercises" / "en" / f"{slug}.ipynb", as_version=4)
-    cell = next(c for c in stub.cells if c.cell_type == "code" and c.id != "setup")
+    cell = next(c for c in stub.cells if c.cell_type == "code" and c.id not in ("colab", "setup"))
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
     cell.execution_count = 1
     notebooks.write_notebook(stub, root / "exercises" / "en" / f"{slug}.ipynb")
     solution = nbformat.read(root / "solutions" / "de" / f"{slug}.ipynb", as_version=4)
-    next(c for c in solution.cells if c.cell_type == "code" and c.id != "setup").source += "\nx = 1"
+    next(c for c in solution.cells if c.cell_type == "code" and c.id not in ("colab", "setup")).source += "\nx = 1"
     notebooks.write_notebook(solution, root / "solutions" / "de" / f"{slug}.ipynb")
     stub_zh = nbformat.read(root / "exercises" / "zh" / f"{slug}.ipynb", as_version=4)
     next(c for c in stub_zh.cells if c.cell_type == "code" and "NotImplementedError" in c.source).source += "\nprint(1)"

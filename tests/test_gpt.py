@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import attnlab
 from attnlab.gpt import GPT, GPTConfig, KVCache
 from attnlab.tokenizer import MASK, UNKNOWN, corpus, course_tokenizer
 from attnlab.train import evaluate, next_token_batch, train
@@ -87,6 +88,50 @@ def test_clear_errors():
     cache = KVCache(model.config, 1, 4)
     with pytest.raises(ValueError, match="holds 4"):
         model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+    assert cache.pos == 0  # the failed call wrote nothing
+
+
+CONFIG = GPTConfig(vocab_size=50, block_size=16)
+IDS = torch.zeros(1, 3, dtype=torch.long)
+CACHE_CASES = [  # (exception, call, English words, German words)
+    (TypeError, lambda: KVCache(None, 1, 4), ["KVCache needs the model's GPTConfig", "got None"],
+     ["KVCache braucht die GPTConfig des Modells"]),
+    (ValueError, lambda: KVCache(CONFIG, 0, 4), ["batch_size must be at least 1; got 0"],
+     ["batch_size muss mindestens 1 sein"]),
+    (TypeError, lambda: KVCache(CONFIG, 1.5, 4), ["batch_size must be a whole number"], ["ganze Zahl"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 100), ["max_len must be between 1 and the model's block_size = 16; got 100"],
+     ["max_len muss zwischen 1 und der block_size des Modells (16) liegen"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 0), ["got 0"], ["übergeben wurde 0"]),
+    (ValueError, lambda: GPT(CONFIG)(torch.zeros(1, 6, dtype=torch.long), cache=KVCache(CONFIG, 1, 4)),
+     ["holds 4 positions and 0 are filled, so 6 more do not fit", "max_len=6"], ["fasst 4 Positionen"]),
+    (ValueError, lambda: GPT(CONFIG)(torch.zeros(2, 3, dtype=torch.long), cache=KVCache(CONFIG, 1, 4)),
+     ["made for a batch of 1 sequences, but the input has 2"], ["für einen Batch aus 1 Sequenzen"]),
+    (ValueError, lambda: GPT(CONFIG)(IDS, cache=KVCache(GPTConfig(vocab_size=50, block_size=16, n_layer=1), 1, 4)),
+     ["made for another model", "L=1", "L=2"], ["gehört zu einem anderen Modell"]),
+    (ValueError, lambda: GPT(GPTConfig(vocab_size=50, block_size=16, causal=False))(IDS, cache=KVCache(CONFIG, 1, 4)),
+     ["only valid for a causal model"], ["nur bei einem kausalen Modell gültig"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 4).advance(5), ["holds 4 positions"], ["fasst 4 Positionen"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 4).advance(-1), ["n must be at least 0; got -1"], ["n muss mindestens 0"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 4).update(0, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8)),
+     ["[B=1, H=4, T_new, d=16]", "(1, 4, 2, 8)"], ["Der Cache speichert Keys und Values der Form"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 4).update(9, torch.zeros(1, 4, 2, 16), torch.zeros(1, 4, 2, 16)),
+     ["layer must be between 0 and 1; got 9"], ["layer muss zwischen 0 und 1 liegen"]),
+    (ValueError, lambda: GPT(CONFIG)(torch.zeros(3, dtype=torch.long)), ["idx must be a [B, T] tensor"],
+     ["idx muss ein [B, T]-Tensor"]),
+]
+
+
+@pytest.mark.parametrize("exception, call, english, german", CACHE_CASES)
+def test_the_cache_answers_bad_input_in_the_readers_language(exception, call, english, german):
+    for lang, words in (("en", english), ("de", german)):
+        attnlab.setup(lang)
+        try:
+            with pytest.raises(exception) as error:
+                call()
+        finally:
+            attnlab.setup("en")
+        for word in words:
+            assert word in str(error.value), (lang, str(error.value))
 
 
 def test_tokenizer_covers_three_languages_and_round_trips():
@@ -96,6 +141,8 @@ def test_tokenizer_covers_three_languages_and_round_trips():
         assert tok.decode(tok.encode(text)) == text
         assert 0 not in tok.encode(corpus(lang))
     assert tok.decode(tok.encode("Größe 注意力 ∮")) == "Größe 注意力 " + UNKNOWN
+    for lang in ("en", "de", "zh"):  # the course's example sentence has no unknown character
+        assert 0 not in tok.encode(attnlab.tr("sentence", lang=lang)), lang
     assert tok.encode(MASK) == [tok.mask_id] == [1]
     with pytest.raises(ValueError, match="0.."):
         tok.decode([tok.vocab_size])

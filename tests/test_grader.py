@@ -38,9 +38,10 @@ def keys(result):
 # The tasks themselves
 
 
-def test_three_chapters_eleven_tasks_and_every_task_has_mutants_alternatives_and_messages():
-    assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention"]
-    assert len(TASKS) >= 11 and len(MUTANTS) >= 40
+def test_five_chapters_eighteen_tasks_and_every_task_has_mutants_alternatives_and_messages():
+    assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention", "06-kv-cache",
+                         "07-bidirectional-attention"]
+    assert len(TASKS) >= 18 and len(MUTANTS) >= 80
     catalog = i18n.catalog()
     for task_id, task in TASKS.items():
         assert task.mutants and task.alternatives, task_id
@@ -225,6 +226,27 @@ def test_dropout_in_training_must_be_random_and_unbiased():
     assert grader.grade("ch3.attention_forward", ch3._manual_dropout).passed
     ignored = grader.grade("ch3.attention_forward", TASKS["ch3.attention_forward"].mutants["dropout_ignored"])
     assert ignored.points == ignored.total - 1
+
+
+def test_a_tuple_of_tensors_is_compared_value_by_value_and_names_the_one_that_differs():
+    """ch6.decode_step returns (out, k_cache, v_cache); a list is as good as a tuple."""
+    reference = TASKS["ch6.decode_step"].reference
+    assert grader.grade("ch6.decode_step", lambda *args: list(reference(*args))).passed
+    two = grader.grade("ch6.decode_step", lambda *args: reference(*args)[:2])
+    assert two.points == 0 and keys(two) == {"grader.length"}
+    one = grader.grade("ch6.decode_step", lambda *args: reference(*args)[0])
+    assert one.points == 0 and keys(one) == {"grader.wrong_type"}
+
+    def doubled_values(*args):
+        out, k, v = reference(*args)
+        return out, k, 2 * v
+
+    doubled = grader.grade("ch6.decode_step", doubled_values)
+    assert doubled.points == 0 and keys(doubled) == {"grader.returned_item"}
+    assert "returned value 3 of 3 — at [" in doubled.text() and "Rückgabewert 3 von 3" in doubled.text("de")
+    assert grader.same_output((torch.ones(2), torch.zeros(3)), [torch.ones(2), torch.zeros(3)])
+    assert not grader.same_output((torch.ones(2), torch.zeros(3)), (torch.ones(2), torch.ones(3)))
+    assert not grader.same_output((torch.ones(2),), (torch.ones(2), torch.zeros(3)))
 
 
 def test_results_round_trip_through_json():

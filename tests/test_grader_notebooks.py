@@ -69,7 +69,8 @@ def test_progress_over_a_folder_with_a_few_tasks_solved(tmp_path):
     assert "01-causal-mask: 8/18 Punkte" in out
     assert "✓ kausale Maske: 4/4" in out and "✗ Masken-Konventionen: 0/6" in out
     assert "02-multi-head-attention: 0/12 Punkte" in out
-    assert out.strip().endswith("Gesamt: 8/52 Punkte")
+    total = sum(len(task.make_cases()) for task in all_tasks().values())
+    assert out.strip().endswith(f"Gesamt: 8/{total} Punkte")
     assert (folder / "progress.json").exists() and (folder / "01-causal-mask.grade.txt").exists()
 
 

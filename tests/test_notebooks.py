@@ -61,11 +61,11 @@ def test_a_valid_source_gives_one_markdown_cell_per_language_and_shared_code(tmp
     source = notebooks.parse_source(path)
     de = notebooks.render_notebook(source, "de")
     zh = notebooks.render_notebook(source, "zh")
-    assert [c.id for c in de.cells] == ["md-001", "setup", "code-002"]
+    assert [c.id for c in de.cells] == ["md-001", "colab", "setup", "code-002"]
     assert de.cells[0].source == "Hallo" and zh.cells[0].source == "你好"
-    assert de.cells[2].source == zh.cells[2].source == "x = 1"
-    assert de.cells[2].metadata["tags"] == ["hide-input"]
-    assert 'attnlab.setup("de")' in de.cells[1].source
+    assert de.cells[3].source == zh.cells[3].source == "x = 1"
+    assert de.cells[3].metadata["tags"] == ["hide-input"]
+    assert 'attnlab.setup("de")' in de.cells[2].source
 
 
 def copy_of_repository(tmp_path):
@@ -79,7 +79,7 @@ def test_code_drift_between_languages_is_detected(tmp_path):
     root = copy_of_repository(tmp_path)
     path = root / "chapters" / "de" / NOTEBOOKS[0].name
     nb = nbformat.read(path, as_version=4)
-    code = next(c for c in nb.cells if c.cell_type == "code" and c.id != "setup")
+    code = next(c for c in nb.cells if c.cell_type == "code" and c.id not in ("colab", "setup"))
     code.source += "\n# changed only in German"
     notebooks.write_notebook(nb, path)
     problems = notebooks.check(root)
@@ -129,7 +129,7 @@ def test_the_mask_code_taught_in_chapter_1_agrees_with_the_package():
 
     nb = nbformat.read(notebooks.ROOT / "chapters" / "en" / "01-causal-mask.ipynb", as_version=4)
     namespace = {}
-    exec(next(c.source for c in nb.cells if c.cell_type == "code" and c.id != "setup"), namespace)  # imports
+    exec(next(c.source for c in nb.cells if c.cell_type == "code" and c.id not in ("colab", "setup")), namespace)  # imports
     for name in ("causal_attention_masked_fill", "causal_bias", "NanoGPTMask"):
         exec(cell_defining(nb, name), namespace)
     q, k, v = torch.randn(3, 2, 3, 9, 4).unbind(0)
@@ -174,7 +174,7 @@ def test_alt_text_and_caption_go_into_myst_nb_cell_metadata_in_each_language(tmp
     expected = {"en": ("A heatmap of the mask", "The causal mask"), "de": ("Eine Heatmap der Maske", "Die kausale Maske"),
                 "zh": ("掩码的热力图", "因果掩码")}
     for lang, (alt, caption) in expected.items():
-        cell = notebooks.render_notebook(source, lang).cells[1]
+        cell = notebooks.render_notebook(source, lang).cells[2]  # after the generated colab and setup cells
         assert cell.source == "show()" and cell.metadata["tags"] == ["hide-input"]
         assert cell.metadata["mystnb"] == {"image": {"alt": alt}, "figure": {"caption": caption}}
         assert alt in notebooks.reader_text(source, lang) and caption in notebooks.reader_text(source, lang)
@@ -203,11 +203,11 @@ def test_an_unknown_or_repeated_cell_option_is_rejected(tmp_path):
 def test_a_figure_without_alt_text_is_found(tmp_path):
     nb = notebooks.render_notebook(notebooks.parse_source(write_source(tmp_path, FIGURE_CELL)), "en")
     figure = nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
-    nb.cells[1].outputs = [figure]
+    nb.cells[2].outputs = [figure]
     assert notebooks.figures_without_alt(nb) == []
-    del nb.cells[1].metadata["mystnb"]["image"]
+    del nb.cells[2].metadata["mystnb"]["image"]
     assert notebooks.figures_without_alt(nb) == ["code-001"]
-    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="no picture")]
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="no picture")]
     assert notebooks.figures_without_alt(nb) == []
 
 
@@ -226,13 +226,13 @@ def test_refresh_adds_new_cell_options_but_keeps_outputs_and_refuses_code_change
     source = notebooks.parse_source(path)
     for out in notebooks.render(source, tmp_path):  # stands in for executed notebooks
         nb = nbformat.read(out, as_version=4)
-        nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
-        nb.cells[1].execution_count = 1
+        nb.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
+        nb.cells[2].execution_count = 1
         notebooks.write_notebook(nb, out)
     path.write_text(path.read_text("utf-8").replace("```{code-cell}\n", "```{code-cell}\n:alt: en: a | de: b | zh: 丙\n"))
     refreshed = notebooks.refresh(notebooks.parse_source(path), tmp_path)
     nb = nbformat.read(refreshed[2], as_version=4)
-    assert nb.cells[1].metadata["mystnb"] == {"image": {"alt": "丙"}} and nb.cells[1].outputs[0].text == "kept\n"
+    assert nb.cells[2].metadata["mystnb"] == {"image": {"alt": "丙"}} and nb.cells[2].outputs[0].text == "kept\n"
     path.write_text(path.read_text("utf-8").replace("show()", "show(1)"))
     with pytest.raises(notebooks.SourceError, match="code or prose changed"):
         notebooks.refresh(notebooks.parse_source(path), tmp_path)

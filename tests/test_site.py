@@ -4,6 +4,7 @@ Builds the site from scratch (tools/site.py, warnings as errors) once per run.
 """
 
 import json
+import os
 import pathlib
 import re
 from html.parser import HTMLParser
@@ -207,9 +208,10 @@ def test_every_figure_has_an_alt_text_in_the_readers_language_never_a_path(html_
 
 
 # --------------------------------------------------------------------------
-# In a real browser: Debian's chromium driven by Playwright (make test installs it).
+# In a real browser: Debian's chromium driven by Playwright (make test installs it),
+# or the browser that ATTNLAB_CHROMIUM names (GitHub's runners: their Chrome).
 
-CHROMIUM = pathlib.Path("/usr/bin/chromium")
+CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = site.BUILD / "screenshots"
 
 
@@ -234,7 +236,7 @@ def server(html_root):
 def playwright():
     from playwright.sync_api import sync_playwright
 
-    assert CHROMIUM.exists(), "make test installs Debian's chromium; run it through make"
+    assert CHROMIUM.exists(), f"no browser at {CHROMIUM}: make test installs Debian's chromium, or set ATTNLAB_CHROMIUM"
     with sync_playwright() as playwright:  # one per module: a second one in the same thread fails
         yield playwright
 

@@ -21,7 +21,7 @@ from tools import notebooks
 
 def notebook_cells(chapter: str, lang: str = "en") -> list[str]:
     nb = nbformat.read(notebooks.ROOT / "chapters" / lang / f"{chapter}.ipynb", as_version=4)
-    return [cell.source for cell in nb.cells if cell.cell_type == "code" and cell.id != "setup"]
+    return [cell.source for cell in nb.cells if cell.cell_type == "code" and cell.id not in ("colab", "setup")]
 
 
 def definition(source: str, name: str) -> ast.AST:

@@ -81,6 +81,31 @@ CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # language of figures and messages; seeds every RNG'
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
+# Runs before attnlab can be imported, so it is plain code: on Colab it installs
+# the course package from the repository set in _config.yml and switches on
+# Colab's widget manager; anywhere else it does nothing. Hidden on the site.
+COLAB_CODE = """\
+# @title {title}
+import sys
+
+if "google.colab" in sys.modules:
+    import importlib
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("attnlab") is None:
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "{requirement}"],
+                             capture_output=True, text=True)
+        if pip.returncode:
+            raise RuntimeError(pip.stdout + pip.stderr)
+        importlib.invalidate_caches()
+    from google.colab import output
+
+    output.enable_custom_widget_manager()"""
+GENERATED_CELLS = ("colab", "setup")  # code cells the generator adds (not from the source)
+COLAB_TITLE = {"en": "Colab only: install the course package (does nothing elsewhere)",
+               "de": "Nur für Colab: installiert das Kurspaket (anderswo passiert nichts)",
+               "zh": "仅用于 Colab：安装课程软件包（在其他环境中什么也不做）"}
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
@@ -272,15 +297,29 @@ def find_sources(names: list[str] | None = None) -> list[Source]:
     return [parse_source(p) for p in paths]
 
 
+def colab_requirement(root: pathlib.Path = ROOT) -> str:
+    """What the Colab cell installs: the runtime package from the course repository."""
+    repository = yaml.safe_load((root / "_config.yml").read_text("utf-8"))["repository"]
+    return f"attnlab @ git+{repository['url']}@{repository.get('branch', 'main')}"
+
+
+def colab_cell(lang: str) -> nbformat.NotebookNode:
+    """The first code cell: installs attnlab on Colab (form view there), removed on the site."""
+    code = COLAB_CODE.format(title=COLAB_TITLE[lang], requirement=colab_requirement())
+    cell = nbformat.v4.new_code_cell(code, id="colab")
+    cell.metadata.update({"tags": ["remove-cell"], "cellView": "form"})
+    return cell
+
+
 def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
     """The unexecuted notebook of ``source`` in ``lang`` (deterministic ids)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": dict(KERNELSPEC),
                    "language_info": dict(LANGUAGE_INFO),
                    "attnlab": {"source": source.rel, "language": lang}}
-    setup = nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup")
+    setup = [colab_cell(lang), nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup")]
     if not source.cells or source.cells[0].kind != "markdown":
-        nb.cells.append(setup)
+        nb.cells.extend(setup)
     for n, cell in enumerate(source.cells, start=1):
         if cell.kind == "markdown":
             new = nbformat.v4.new_markdown_cell(cell.text[lang], id=f"md-{n:03d}")
@@ -297,7 +336,7 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
                 new.metadata["mystnb"] = figure_text
         nb.cells.append(new)
         if n == 1 and cell.kind == "markdown":
-            nb.cells.append(setup)  # right after the title and introduction
+            nb.cells.extend(setup)  # right after the title and introduction
     return nb
 
 
@@ -438,7 +477,7 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
             committed = nbformat.read(out, as_version=4)
             if strip_outputs(committed) != render_notebook(source, lang):
                 problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
-            code = [strip_comments(c.source) for c in committed.cells if c.cell_type == "code" and c.id != "setup"]
+            code = [strip_comments(c.source) for c in committed.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS]
             code_by_lang[lang] = code
             unexecuted = [c.id for c in committed.cells if c.cell_type == "code" and c.execution_count is None]
             if unexecuted:
@@ -531,7 +570,7 @@ def render_exercise(source: Source, lang: str, solution: bool) -> nbformat.Noteb
         title, newline, rest = first.source[2:].partition("\n")
         first.source = f"# {tr('grader.solution_title', lang=lang, title=title)}{newline}{rest}"
     regions = 0
-    for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id != "setup"],
+    for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS],
                                [c for c in source.cells if c.kind == "code"]):
         try:
             regions += len(solution_regions(cell.source))
@@ -557,7 +596,7 @@ def _stub_code(nb: nbformat.NotebookNode, lang: str) -> list[str]:
     """Code of a stub without comments, its localized raise message made neutral."""
     raise_line = stub_lines("", lang)[1]
     return [strip_comments(c.source.replace(raise_line, "raise NotImplementedError()"))
-            for c in nb.cells if c.cell_type == "code" and c.id != "setup"]
+            for c in nb.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS]
 
 
 def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Path]) -> list[str]:
@@ -581,7 +620,7 @@ def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Pat
                 problems.append(f"{rel}: stale versus {source.rel}, run `make notebooks`")
             code_cells = [c for c in committed.cells if c.cell_type == "code"]
             if solution:
-                solution_code[lang] = [strip_comments(c.source) for c in code_cells if c.id != "setup"]
+                solution_code[lang] = [strip_comments(c.source) for c in code_cells if c.id not in GENERATED_CELLS]
                 unexecuted = [c.id for c in code_cells if c.execution_count is None]
                 if unexecuted:
                     problems.append(f"{rel}: cells {unexecuted[:3]} not executed, run `make notebooks`")

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-CHAPTERS = ("ch1", "ch2", "ch3")
+CHAPTERS = ("ch1", "ch2", "ch3", "ch6", "ch7")
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,257 @@
+"""Exercise 6 (exercises/src/06-kv-cache.md): one decode step with a KV cache, graded
+against full recomputation over several steps; the decode mask for several new
+queries on a cache; the memory a cache takes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..grader import Case, Task
+from ..gpt import GPTConfig, KVCache, SelfAttention
+from ..mask_builder import build_mask
+from ..masks import causal_allowed_from_indices
+from ..multihead import merge_heads, split_heads
+from . import case_device
+
+EXERCISE = "06-kv-cache"
+
+
+# --------------------------------------------------------------------------
+# 1. decode_step(attn, position_embedding, x, k_cache, v_cache) -> (out, k_cache, v_cache)
+#    One layer: token embedding + learned position -> attn (attnlab.gpt.SelfAttention).
+#    x [B, T, D] holds the token embeddings of every position so far (the last one is new),
+#    k_cache, v_cache [B, H, T-1, d] the keys and values of the first T-1 positions.
+#    Returns the new position's output [B, 1, D] and the caches [B, H, T, d].
+
+
+def _project(attn, h):
+    return [split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj)]
+
+
+def decode_step(attn, position_embedding, x, k_cache, v_cache):
+    t = k_cache.size(-2)  # the new token's position: it comes after the T-1 cached ones
+    h = x[:, -1:] + position_embedding(torch.tensor([t], device=x.device))  # [B, 1, D]
+    q, k, v = _project(attn, h)  # [B, H, 1, d]
+    k_cache = torch.cat([k_cache, k], dim=-2)  # [B, H, T, d]
+    v_cache = torch.cat([v_cache, v], dim=-2)
+    out = F.scaled_dot_product_attention(q, k_cache, v_cache)  # one query may read every key: no mask
+    return attn.out_proj(merge_heads(out)), k_cache, v_cache
+
+
+DECODE_SIZES = [(1, 3, 1, 16, 2), (2, 5, 3, 12, 3), (3, 1, 4, 8, 2), (2, 7, 2, 24, 4), (1, 4, 5, 16, 4)]
+# (B, prompt, steps, D, H); the notebook's example is B=1, prompt=2, D=8, H=2
+
+
+def decode_cases(generator):
+    device = case_device()
+    cases = []
+    for B, prompt, steps, D, H in DECODE_SIZES:
+        state = {f"{name}.weight": (torch.randn(D, D, generator=generator) / math.sqrt(D)).to(device)
+                 for name in ("q_proj", "k_proj", "v_proj", "out_proj")}
+        positions = torch.randn(prompt + steps, D, generator=generator).to(device)  # [max_len, D]
+        x = torch.randn(B, prompt + steps, D, generator=generator).to(device)  # [B, T_total, D]
+        cases.append(Case((state, positions, x, prompt, H),
+                          label=f"B={B}, prompt={prompt}, steps={steps}, D={D}, H={H}"))
+    return cases
+
+
+def _is_step_result(got):
+    return isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(g, torch.Tensor) for g in got)
+
+
+def _run_decode(fn, state, positions, x, prompt, n_head):
+    """Prefill the prompt's keys and values, then call ``fn`` once per new token, feeding it the
+    caches it returned. Returns (the outputs of every step [B, steps, D], the last k_cache, v_cache);
+    a step that returns something else than three tensors ends the run with what it returned.
+
+    A returned cache of the wrong length cannot be fed to the next step: that step gets the
+    right cache instead, and the last step's cache is compared (and its length reported).
+    """
+    B, T_total, D = x.shape
+    attn = SelfAttention(GPTConfig(vocab_size=1, block_size=T_total, n_head=n_head, n_embd=D)).to(x.device)
+    attn.load_state_dict(state)
+    attn.eval()
+    position_embedding = nn.Embedding.from_pretrained(positions)  # [max_len, D]
+    _, k_all, v_all = _project(attn, x + positions)  # [B, H, T_total, d]: full recomputation
+    k_cache, v_cache = k_all[:, :, :prompt], v_all[:, :, :prompt]  # the prefill
+    outs = []
+    for t in range(prompt, T_total):
+        got = fn(attn, position_embedding, x[:, :t + 1], k_cache, v_cache)
+        if not _is_step_result(got):
+            return got
+        out, k_got, v_got = got
+        if tuple(out.shape) != (B, 1, D):
+            return got
+        outs.append(out)
+        right = tuple(k_all[:, :, :t + 1].shape)
+        k_cache = k_got if tuple(k_got.shape) == right else k_all[:, :, :t + 1]
+        v_cache = v_got if tuple(v_got.shape) == right else v_all[:, :, :t + 1]
+    return torch.cat(outs, dim=1), k_got, v_got
+
+
+def _recompute_everything(attn, position_embedding, x, k_cache, v_cache):
+    """Correct, only slower: ignore the cache and run causal attention over every position."""
+    T = x.size(1)
+    q, k, v = _project(attn, x + position_embedding(torch.arange(T, device=x.device)))  # [B, H, T, d]
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return attn.out_proj(merge_heads(out))[:, -1:], k, v
+
+
+def _course_cache(attn, position_embedding, x, k_cache, v_cache):
+    """Correct: the course's KVCache and SelfAttention.forward, which append and attend."""
+    B, T, D = x.shape
+    cache = KVCache(attn.config, B, T, device=x.device, dtype=x.dtype)
+    cache.k[0, :, :, :T - 1], cache.v[0, :, :, :T - 1] = k_cache, v_cache
+    cache.advance(T - 1)
+    out = attn(x[:, -1:] + position_embedding.weight[cache.pos], cache)  # [B, 1, D]
+    return out, cache.k[0, :, :, :T], cache.v[0, :, :, :T]
+
+
+def _einsum_preallocated(attn, position_embedding, x, k_cache, v_cache):
+    """Correct: a cache written into a larger buffer, and attention with einsum and softmax."""
+    B, H, t, d = k_cache.shape
+    h = x[:, -1:] + position_embedding.weight[x.size(1) - 1]
+    q, k, v = _project(attn, h)
+    keys, values = k_cache.new_empty(B, H, t + 1, d), v_cache.new_empty(B, H, t + 1, d)
+    keys[:, :, :t], keys[:, :, t:] = k_cache, k
+    values[:, :, :t], values[:, :, t:] = v_cache, v
+    weights = (torch.einsum("bhqd,bhkd->bhqk", q, keys) / math.sqrt(d)).softmax(dim=-1)
+    out = torch.einsum("bhqk,bhkd->bhqd", weights, values)
+    return attn.out_proj(merge_heads(out)), keys, values
+
+
+def _course_attend(attn, position_embedding, x, k_cache, v_cache):
+    """Correct: torch.concat and the course's SelfAttention.attend (no mask for one query)."""
+    pos = torch.full((1,), x.size(1) - 1, dtype=torch.long, device=x.device)
+    q, k, v = _project(attn, x[:, -1:] + position_embedding(pos))
+    k_cache, v_cache = torch.concat((k_cache, k), dim=2), torch.concat((v_cache, v), dim=2)
+    return attn.out_proj(merge_heads(attn.attend(q, k_cache, v_cache))), k_cache, v_cache
+
+
+def _step_mutant(position=None, order="append", causal=False, keep_old_v=False, attend_old=False):
+    def step(attn, position_embedding, x, k_cache, v_cache):
+        t = k_cache.size(-2) if position is None else position
+        h = x[:, -1:] + (0 if t == "none" else position_embedding(torch.tensor([t], device=x.device)))
+        q, k, v = _project(attn, h)
+        if order == "prepend":
+            k_all, v_all = torch.cat([k, k_cache], dim=-2), torch.cat([v, v_cache], dim=-2)
+        else:
+            k_all, v_all = torch.cat([k_cache, k], dim=-2), torch.cat([v_cache, v], dim=-2)
+        keys, values = (k_cache, v_cache) if attend_old else (k_all, v_all)
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=causal)
+        return attn.out_proj(merge_heads(out)), k_all, v_cache if keep_old_v else v_all
+
+    return step
+
+
+DECODE_STEP = Task(
+    id="ch6.decode_step", exercise=EXERCISE, reference=decode_step, cases=decode_cases, call=_run_decode,
+    mutants={
+        "wrong_order": _step_mutant(order="prepend"),
+        "top_left": _step_mutant(causal=True),
+        "positions_from_zero": _step_mutant(position=0),
+        "no_position": _step_mutant(position="none"),
+        "values_not_appended": _step_mutant(keep_old_v=True),
+        "old_cache_only": _step_mutant(attend_old=True),
+    },
+    alternatives=[_recompute_everything, _course_cache, _einsum_preallocated, _course_attend],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. decode_mask(T_q, T_kv) -> [T_q, T_kv] bool: the LAST T_q of T_kv positions, causal
+#    (lower-right: key j is allowed for query i when j <= i + T_kv - T_q)
+
+
+def decode_mask(T_q, T_kv):
+    return torch.ones(T_q, T_kv, dtype=torch.bool).tril(diagonal=T_kv - T_q)
+
+
+def mask_cases(generator):
+    return [Case((T_q, T_kv), label=f"T_q={T_q}, T_kv={T_kv}")
+            for T_q, T_kv in [(1, 6), (3, 7), (4, 4), (2, 9), (5, 8), (3, 10)]]  # the notebook shows (2, 4)
+
+
+DECODE_MASK = Task(
+    id="ch6.decode_mask", exercise=EXERCISE, reference=decode_mask, cases=mask_cases,
+    mutants={
+        "top_left": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(),
+        "strictly_lower": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(diagonal=T_kv - T_q - 1),
+        "transposed": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).triu(diagonal=T_kv - T_q),
+        "inverted": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).triu(diagonal=T_kv - T_q + 1),
+        "no_mask": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool),
+    },
+    alternatives=[
+        lambda T_q, T_kv: torch.arange(T_kv)[None, :] <= torch.arange(T_kv - T_q, T_kv)[:, None],
+        lambda T_q, T_kv: causal_allowed_from_indices(T_q, T_kv),
+        lambda T_q, T_kv: build_mask("causal", T_q, T_kv),
+        lambda T_q, T_kv: ~torch.ones(T_q, T_kv, dtype=torch.bool).triu(diagonal=T_kv - T_q + 1),
+        lambda T_q, T_kv: torch.ones(T_kv, T_kv, dtype=torch.bool).tril()[-T_q:],
+        lambda T_q, T_kv: torch.tensor([[j <= i + T_kv - T_q for j in range(T_kv)] for i in range(T_q)]),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 3. kv_cache_bytes(config, batch_size, seq_len, dtype) -> int:
+#    2 (K and V) x n_layer x batch x n_head x head_dim x seq_len x bytes per number
+
+
+def kv_cache_bytes(config, batch_size, seq_len, dtype):
+    bytes_per_number = torch.finfo(dtype).bits // 8
+    return 2 * config.n_layer * batch_size * config.n_head * config.head_dim * seq_len * bytes_per_number
+
+
+BYTE_SIZES = [  # (n_layer, n_head, n_embd, batch, seq_len, dtype); the notebook shows the course's model.
+    # No two mistakes give the same number on one case: n_layer, batch and n_head avoid 2 and 8.
+    (3, 4, 32, 5, 100, torch.float32), (6, 12, 384, 1, 500, torch.float16), (4, 3, 48, 6, 48, torch.bfloat16),
+    (12, 12, 768, 4, 1024, torch.float32), (1, 6, 48, 3, 30, torch.float16), (5, 5, 40, 7, 9, torch.bfloat16),
+]
+
+
+def bytes_cases(generator):
+    cases = []
+    for L, H, D, B, T, dtype in BYTE_SIZES:
+        config = GPTConfig(vocab_size=100, block_size=4096, n_layer=L, n_head=H, n_embd=D)
+        cases.append(Case((config, B, T, dtype),
+                          label=f"n_layer={L}, n_head={H}, n_embd={D}, batch_size={B}, seq_len={T}, "
+                                f"{str(dtype).removeprefix('torch.')}"))
+    return cases
+
+
+def _bytes(factor=2, layers=True, batch=True, width="head_dim", length="seq_len", size="bytes"):
+    def count(config, batch_size, seq_len, dtype):
+        per_number = {"bytes": torch.finfo(dtype).bits // 8, "bits": torch.finfo(dtype).bits, "float32": 4}[size]
+        numbers = config.n_head * config.head_dim if width == "head_dim" else config.n_head * config.n_embd
+        return (factor * (config.n_layer if layers else 1) * (batch_size if batch else 1) * numbers
+                * (seq_len if length == "seq_len" else config.block_size) * per_number)
+
+    return count
+
+
+KV_CACHE_BYTES = Task(
+    id="ch6.kv_cache_bytes", exercise=EXERCISE, reference=kv_cache_bytes, cases=bytes_cases,
+    mutants={
+        "no_factor_2": _bytes(factor=1),
+        "heads_twice": _bytes(width="n_embd"),
+        "no_layers": _bytes(layers=False),
+        "no_batch": _bytes(batch=False),
+        "bits_not_bytes": _bytes(size="bits"),
+        "always_float32": _bytes(size="float32"),
+        "block_size": _bytes(length="block_size"),
+    },
+    alternatives=[
+        lambda config, B, T, dtype: 2 * config.n_layer * B * T * config.n_embd * dtype.itemsize,
+        lambda config, B, T, dtype: KVCache(config, B, T, device="meta", dtype=dtype).nbytes,
+        lambda config, B, T, dtype: torch.empty(0, dtype=dtype).element_size() * 2 * math.prod(
+            (config.n_layer, B, config.n_head, T, config.n_embd // config.n_head)),
+        lambda config, B, T, dtype: float(2 * config.n_layer * B * config.n_embd * T * torch.finfo(dtype).bits / 8),
+    ],
+)
+
+TASKS = [DECODE_STEP, DECODE_MASK, KV_CACHE_BYTES]

@@ -1,0 +1,89 @@
+"""A KV cache for sliding-window attention that keeps only the last ``window`` positions.
+
+With a sliding window of W keys, a new token never reads a key older than
+W - 1 steps, so the cache needs W slots per layer, not one per position:
+position p goes to slot ``p % W`` and overwrites position p - W, which no
+later query may read any more (a ring buffer; Mistral 7B calls it a rolling
+buffer cache, https://arxiv.org/abs/2310.06825). Its memory stays constant
+however long the text grows.
+
+The slots are not in time order once the ring has wrapped around. For one new
+query that does not matter: it may read all W keys, and attention does not care
+in which order the keys come (positions are already inside them: added to the
+input, or rotated into the keys by RoPE). For several new tokens at once
+(the prompt) :meth:`WindowKVCache.update` returns old and new keys in time
+order, so the window mask of :class:`attnlab.gpt.SelfAttention` applies.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .gpt import GPT, GPTConfig, pick_next
+from .i18n import tr
+
+
+class WindowKVCache:
+    """Keys and values of every layer in a ring of ``window`` slots: [L, B, H_kv, W, d].
+
+    The same interface as :class:`attnlab.gpt.KVCache` (``update``, ``advance``,
+    ``pos``, ``nbytes``), so the small GPT uses either without knowing which.
+    """
+
+    def __init__(self, config: GPTConfig, batch_size: int, window: int | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
+        window = window or config.window
+        if window is None or window < 1:
+            raise ValueError(tr("ch8.err_window_cache"))
+        if config.window is not None and window < config.window:
+            raise ValueError(tr("ch8.err_window_small", window=window, model_window=config.window))
+        shape = (config.n_layer, batch_size, config.kv_heads, window, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, W, d]
+        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, W, d]
+        self.window = window
+        self.pos = 0  # how many positions have been seen (not stored: at most W are)
+
+    def slots(self, start: int, end: int) -> torch.Tensor:
+        """Ring slots of positions start .. end-1: position p lives in slot p % W."""
+        return torch.arange(start, end, device=self.k.device) % self.window
+
+    def update(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store [B, H_kv, T_new, d] keys and values of positions pos .. pos+T_new-1; return the keys
+        and values the new queries attend over."""
+        T_new, W = k_new.size(-2), self.window
+        if T_new == 1:  # decoding: overwrite the oldest slot, hand over the whole ring
+            slot = self.pos % W
+            self.k[layer, :, :, slot] = k_new[:, :, 0]
+            self.v[layer, :, :, slot] = v_new[:, :, 0]
+            filled = min(self.pos + 1, W)
+            return self.k[layer, :, :, :filled], self.v[layer, :, :, :filled]  # [B, H_kv, <= W, d]
+        kept = self.slots(max(0, self.pos - W), self.pos)  # the stored past, oldest first
+        k_all = torch.cat([self.k[layer, :, :, kept], k_new], dim=-2)  # [B, H_kv, T_past + T_new, d]
+        v_all = torch.cat([self.v[layer, :, :, kept], v_new], dim=-2)
+        end, last = self.pos + T_new, min(W, k_all.size(-2))
+        self.k[layer, :, :, self.slots(end - last, end)] = k_all[:, :, -last:]  # keep the last W
+        self.v[layer, :, :, self.slots(end - last, end)] = v_all[:, :, -last:]
+        return k_all, v_all
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cache tensors: 2 x L x B x H_kv x W x d x bytes per number."""
+        return self.k.nbytes + self.v.nbytes
+
+
+@torch.no_grad()
+def decode_greedy(model: GPT, prompt: torch.Tensor, steps: int, cache=None) -> torch.Tensor:
+    """Greedy decoding of ``steps`` tokens after ``prompt`` [B, T0] with the given cache
+    (a :class:`WindowKVCache` or :class:`attnlab.gpt.KVCache`), or, with ``cache=None``, by
+    recomputing the whole sequence at every step. Returns [B, T0 + steps]."""
+    idx = prompt
+    logits, _ = model(idx, cache=cache)  # prefill
+    for _ in range(steps):
+        next_id = pick_next(logits[:, -1])  # [B, 1]
+        idx = torch.cat([idx, next_id], dim=1)
+        logits, _ = model(next_id, cache=cache) if cache is not None else model(idx)
+    return idx

@@ -1,0 +1,155 @@
+"""Binder and offline: a fresh venv made only from binder/ runs every notebook, with the network off.
+
+The venv is created from ``binder/requirements.txt`` (plus ``ipykernel``, which
+Binder's base image has) and nbval runs every chapter and solution notebook in
+a kernel from that venv, comparing stored outputs as the main suite does. It
+runs inside a network namespace that has only loopback (``unshare -n``, or
+``unshare -rn`` without root), so a notebook that fetched anything would fail;
+where namespaces are not permitted the offline test is skipped with the reason
+and the notebooks run with the network on.
+
+The index line of the requirements (PyTorch's CPU wheel index) is left out
+here: CI reaches only PyPI, and pip finds the same ``torch==…+cpu`` wheel
+through the machine's own settings (a local wheel folder here,
+``PIP_EXTRA_INDEX_URL`` in the GitHub workflow).
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BINDER = ROOT / "binder"
+INDEX_OPTIONS = ("--extra-index-url", "--index-url", "-i ")
+LO_UP = 'ip link set lo up && exec "$@"'
+IP = next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip") if pathlib.Path(p).exists()), "ip")
+INTERFACES = "import socket; print(sorted(name for _, name in socket.if_nameindex()))"
+
+
+def notebook_dirs() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for section in ("chapters", "solutions")
+                  for p in (ROOT / section).glob("*") if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-")] = version.split(";")[0].strip()
+    return pins
+
+
+def binder_requirements() -> list[str]:
+    return [line.strip() for line in (BINDER / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def offline_prefix() -> tuple[list[str] | None, str]:
+    """The command prefix that runs a command with only loopback, or None and why not."""
+    reasons = []
+    for flags in (["-n"], ["-rn"]):  # as root; as a user, in a user namespace
+        prefix = ["unshare", *flags, "--", "sh", "-c", LO_UP.replace("ip ", f"{IP} ", 1), "sh"]
+        try:
+            probe = subprocess.run([*prefix, sys.executable, "-c", INTERFACES], capture_output=True, text=True,
+                                   timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            reasons.append(f"unshare {' '.join(flags)}: {error}")
+            continue
+        if probe.returncode == 0 and probe.stdout.strip() == "['lo']":
+            return prefix, ""
+        reasons.append(f"unshare {' '.join(flags)}: {(probe.stderr or probe.stdout).strip()[-200:]}")
+    return None, "network namespaces are not permitted here (" + "; ".join(reasons) + ")"
+
+
+@dataclass
+class BinderRun:
+    offline: bool
+    why_not_offline: str
+    interfaces: str
+    install_bytes: int
+    install_seconds: float
+    returncode: int
+    output: str
+
+
+def folder_bytes(path: pathlib.Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.fixture(scope="module")
+def binder_run(tmp_path_factory) -> BinderRun:
+    tmp = tmp_path_factory.mktemp("binder")
+    requirements = tmp / "requirements.txt"
+    requirements.write_text("\n".join(line for line in binder_requirements() if not line.startswith(INDEX_OPTIONS)))
+    venv = tmp / "venv"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNLAB_WIDGETS")}
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site_packages = None
+    for what in (["-r", str(requirements)], [f"ipykernel=={lock_pins()['ipykernel']}"]):  # Binder's, then the kernel
+        pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *what],
+                             cwd=ROOT, env=env, capture_output=True, text=True)  # cwd: "-e ." is the repository
+        assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-3000:]
+        if site_packages is None:
+            site_packages = next(venv.glob("lib/python*/site-packages"))
+            install_bytes = folder_bytes(site_packages) - sum(folder_bytes(p) for p in site_packages.glob("pip*"))
+            install_seconds = time.monotonic() - start
+    kernel = tmp / "jupyter" / "kernels" / "binder"
+    kernel.mkdir(parents=True)
+    (kernel / "kernel.json").write_text(
+        '{"argv": ["%s", "-m", "ipykernel_launcher", "-f", "{connection_file}"], '
+        '"display_name": "Binder venv", "language": "python"}' % python)
+    prefix, why_not = offline_prefix()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+               "--nbval", "--nbval-kernel-name", "binder", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
+               *notebook_dirs()]
+    env.update(JUPYTER_PATH=str(tmp / "jupyter"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
+    interfaces = ""
+    if prefix:
+        interfaces = subprocess.run([*prefix, str(python), "-c", INTERFACES], capture_output=True, text=True,
+                                    env=env).stdout.strip()
+        command = [*prefix, *command]
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return BinderRun(prefix is not None, why_not, interfaces, install_bytes, install_seconds,
+                     run.returncode, run.stdout + run.stderr)
+
+
+def test_binder_files_pin_the_cpu_torch_and_the_lock_versions():
+    assert (BINDER / "runtime.txt").read_text().strip() == f"python-{sys.version_info.major}.{sys.version_info.minor}"
+    lines = binder_requirements()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+    assert "-e ." in lines  # repo2docker then installs after copying the repository
+    pins = dict(line.split("==") for line in lines if "==" in line)
+    assert pins["torch"].endswith("+cpu")  # never the multi-gigabyte CUDA build
+    lock = lock_pins()
+    for name, version in pins.items():
+        assert lock[name.lower()] == version.removesuffix("+cpu"), name
+    import tomllib
+
+    runtime = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!\s;\[]", dep, 1)[0].lower() for dep in runtime}
+    assert names == set(pins), "binder/requirements.txt pins exactly the runtime dependencies of pyproject.toml"
+
+
+def test_a_fresh_venv_from_the_binder_files_runs_every_chapter_and_solution_notebook(binder_run):
+    print(f"\nbinder/requirements.txt: {binder_run.install_bytes / 2**20:.0f} MiB installed "
+          f"(site-packages without pip), in {binder_run.install_seconds:.0f} s")
+    assert binder_run.returncode == 0, binder_run.output[-6000:]
+    passed = re.search(r"(\d+) passed", binder_run.output)
+    assert passed and int(passed.group(1)) > 0 and " failed" not in binder_run.output, binder_run.output[-3000:]
+    assert binder_run.install_bytes < 1.5 * 2**30, "the Binder environment grew past 1.5 GiB"
+
+
+def test_every_notebook_runs_with_the_network_switched_off(binder_run):
+    if not binder_run.offline:
+        pytest.skip(binder_run.why_not_offline)
+    assert binder_run.interfaces == "['lo']"  # what the kernels saw: loopback only
+    assert binder_run.returncode == 0, binder_run.output[-6000:]

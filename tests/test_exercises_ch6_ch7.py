@@ -1,0 +1,96 @@
+"""The graded tasks of exercises 6 and 7 grade what they claim: the decode step against a
+full recomputation, BERT's rule by its statistics (a fixed or out-of-vocabulary answer
+fails), the worked example's numbers.
+"""
+
+import torch
+
+from attnlab import grader, i18n
+from attnlab.exercises import all_tasks, ch6, ch7
+from attnlab.gpt import GPTConfig, KVCache
+
+TASKS = all_tasks()
+
+
+def keys(result):
+    return {f.problem.key for f in result.failures}
+
+
+def test_the_expected_answer_of_a_decode_case_is_the_full_recomputation():
+    """Chaining the reference step over a case equals one causal forward pass of the course's module."""
+    for case in TASKS["ch6.decode_step"].make_cases():
+        state, positions, x, prompt, n_head = case.args
+        outs, k, v = ch6._run_decode(ch6.decode_step, state, positions, x, prompt, n_head)
+        again, k_full, v_full = ch6._run_decode(ch6._recompute_everything, state, positions, x, prompt, n_head)
+        module = ch6.SelfAttention(GPTConfig(vocab_size=1, block_size=x.size(1), n_head=n_head, n_embd=x.size(2)))
+        module.load_state_dict(state)
+        with torch.no_grad():
+            full = module(x + positions)  # [B, T, D]: causal attention over every position at once
+        assert torch.allclose(outs, full[:, prompt:], atol=1e-5), case.label
+        assert torch.allclose(again, full[:, prompt:], atol=1e-5)
+        assert torch.allclose(k, k_full, atol=1e-6) and torch.allclose(v, v_full, atol=1e-6)
+
+
+def test_a_step_that_cannot_chain_still_gets_a_clear_message():
+    reference = ch6.decode_step
+    short = grader.grade("ch6.decode_step", lambda *args: (reference(*args)[0], *args[3:]))  # caches not appended
+    assert short.points == 0 and keys(short) == {"grader.returned_item"}
+    assert "wrong shape" in short.text()
+    flat = grader.grade("ch6.decode_step", lambda *args: (reference(*args)[0][:, 0], *reference(*args)[1:]))
+    assert flat.points == 0 and "wrong shape" in flat.text()
+
+
+def test_the_worked_example_of_the_memory_task():
+    config = GPTConfig(vocab_size=100, n_layer=2, n_head=4, n_embd=64)  # chapter 6's model
+    assert ch6.kv_cache_bytes(config, 2, 64, torch.float32) == 131072 == KVCache(config, 2, 64).nbytes
+
+
+def test_bert_rule_ignoring_the_generator_is_not_random():
+    def fixed(ids, mask_id, vocab_size, generator):
+        return ch7.bert_corrupt(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(0))
+
+    result = grader.grade("ch7.bert_corrupt", fixed)
+    assert result.points == 2 and keys(result) == {"grader.mlm.not_random"}  # the three large cases
+
+
+def test_bert_rule_tokens_outside_the_vocabulary_float_labels_and_wrong_shares_are_named():
+    def outside(ids, mask_id, vocab_size, generator):
+        inputs, labels = ch7.bert_corrupt(ids, mask_id, vocab_size, generator)
+        return inputs.masked_fill((labels != -100) & (inputs != mask_id) & (inputs != ids), vocab_size), labels
+
+    assert "grader.mlm.outside_vocabulary" in keys(grader.grade("ch7.bert_corrupt", outside))
+
+    def float_labels(ids, mask_id, vocab_size, generator):
+        inputs, labels = ch7.bert_corrupt(ids, mask_id, vocab_size, generator)
+        return inputs, labels.float()
+
+    result = grader.grade("ch7.bert_corrupt", float_labels)
+    assert result.points == 0 and keys(result) == {"grader.returned_item"}
+    assert "returned value 2 of 2 — wrong dtype" in result.text()
+
+    rate_30 = grader.grade("ch7.bert_corrupt", ch7._corrupt_mutant(rate=0.3))
+    assert keys(rate_30) == {"grader.mlm.rate"} and "expected about 15.0%" in rate_30.text()
+    half_random = grader.grade("ch7.bert_corrupt", ch7._corrupt_mutant(masked=0.5))
+    assert keys(half_random) == {"grader.mlm.shares"}
+    for lang in i18n.LANGUAGES:
+        assert "80" in half_random.text(lang)
+
+
+def test_the_mutants_of_one_case_never_share_an_output():
+    """Each wrong answer has one name: no two mutants give the same output on a case where they are wrong."""
+    for task_id, task in TASKS.items():
+        if not task_id.startswith(("ch6.", "ch7.")):
+            continue
+        for case in task.make_cases():
+            if case.judge is not None:
+                continue
+            reference = task.run(task.reference, case)
+            outputs = {}
+            for name, mutant in task.mutants.items():
+                out = task.run(mutant, case)
+                if not grader.same_output(out, reference):
+                    outputs[name] = out
+            names = list(outputs)
+            for n, a in enumerate(names):
+                for b in names[n + 1:]:
+                    assert not grader.same_output(outputs[a], outputs[b]), (task_id, case.label, a, b)

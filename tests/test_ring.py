@@ -1,0 +1,165 @@
+"""Ring attention on real gloo process groups (CPU), its counts and its errors."""
+
+import ast
+import inspect
+import textwrap
+
+import nbformat
+import pytest
+import torch
+
+import attnlab
+from attnlab import ring
+from attnlab.ring import LAYOUTS, RingJob, expected_tiles, ring_schedule, run_ring, shard_positions
+
+T, BLOCK, HEADS, D = 32, 2, 2, 8
+
+
+def jobs():
+    return ([RingJob(T=T, layout=layout, causal=causal, block=BLOCK, heads=HEADS, d=D, seed=7,
+                     memory=layout == "zigzag" and causal) for layout in LAYOUTS for causal in (True, False)]
+            + [RingJob(T=T, layout="zigzag", block=BLOCK, heads=HEADS, d=D, method="allgather", seed=7, memory=True)])
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda P: f"P={P}")
+def results(request):
+    P = request.param
+    return P, run_ring(jobs(), P)
+
+
+def test_ring_attention_equals_sdpa_for_every_layout_causal_or_not(results):
+    P, done = results
+    for result in done:
+        assert len(result.ranks) == P
+        for report in result.ranks:
+            assert report.max_abs_diff < 1e-5, (result.job, report.rank)
+
+
+def test_every_rank_counts_the_work_of_the_closed_form(results):
+    P, done = results
+    for result in done:
+        job = result.job
+        if job.method != "ring":
+            continue
+        formula = expected_tiles(T, P, job.layout, BLOCK, job.causal)
+        n = T // P // BLOCK
+        for report in result.ranks:
+            tiles = [s["full"] + s["diagonal"] for s in report.steps]
+            assert tiles == formula[report.rank], (job.layout, job.causal, report.rank)
+            assert [s["full"] + s["diagonal"] + s["skipped"] for s in report.steps] == [n * n] * P
+            assert report.score_flops == sum(tiles) * 2 * BLOCK * BLOCK * D * HEADS
+            assert [s["source"] for s in report.steps] == [(report.rank - t) % P for t in range(P)]
+            kv_block = 2 * HEADS * (T // P) * D * 4  # K and V of one shard, float32
+            assert [s["bytes_sent"] for s in report.steps] == [kv_block] * (P - 1) + [0]
+            assert len(report.timings[0]) == P and len(report.cpu[0]) == P
+            assert result.busy_cpu(report.rank) > 0 and result.busy(report.rank) > 0
+
+
+def test_the_schedule_predicts_what_the_processes_did(results):
+    P, done = results
+    for result in done:
+        job = result.job
+        if job.method != "ring":
+            continue
+        schedule = ring_schedule(T, P, job.layout, BLOCK, job.causal)
+        for report in result.ranks:
+            for entry, step in zip(schedule[report.rank], report.steps):
+                kinds = [kind for kind, _, _ in entry["tiles"]]
+                assert (kinds.count("full"), kinds.count("diagonal"), kinds.count("skipped")) == (
+                    step["full"], step["diagonal"], step["skipped"])
+
+
+def test_allgather_does_the_same_work_and_sends_the_same_bytes_but_holds_everything(results):
+    P, done = results
+    ring_zigzag = next(r for r in done if r.job.method == "ring" and r.job.layout == "zigzag" and r.job.causal)
+    gathered = next(r for r in done if r.job.method == "allgather")
+    for a, b in zip(ring_zigzag.ranks, gathered.ranks):
+        assert a.tiles == b.tiles and a.bytes_sent == b.bytes_sent
+        # the ring holds two K/V blocks at a time, the all-gather all P of them
+        assert b.peak_bytes - a.peak_bytes >= (P - 2) * a.kv_bytes
+
+
+def test_contiguous_rank_r_computes_r_plus_one_blocks_and_balanced_layouts_even_work():
+    P, n = 4, 8
+    whole = expected_tiles(4 * P, P, "contiguous", 4)  # one tile per shard: a tile is a block
+    assert [sum(row) for row in whole] == [1, 2, 3, 4]
+    for layout in LAYOUTS:
+        totals = [sum(row) for row in expected_tiles(P * n * 16, P, layout, 16)]
+        if layout == "contiguous":
+            assert totals == [r * n * n + n * (n + 1) // 2 for r in range(P)]
+        elif layout == "striped":
+            assert totals == [P * n * (n + 1) // 2] * P
+        else:
+            assert totals == [P * n * n // 2 + n // 2] * P
+    N = P * n  # tiles along the whole sequence: causal attention computes N(N+1)/2 of them
+    assert sum(sum(row) for row in expected_tiles(P * n * 16, P, "zigzag", 16)) == N * (N + 1) // 2
+    assert sum(sum(row) for row in expected_tiles(P * n * 16, P, "contiguous", 16)) == N * (N + 1) // 2
+
+
+def test_layouts_give_every_token_to_exactly_one_rank():
+    contiguous, striped, zigzag = (shard_positions(16, 4, layout) for layout in LAYOUTS)
+    assert contiguous[1].tolist() == [4, 5, 6, 7]
+    assert striped[1].tolist() == [1, 5, 9, 13]
+    assert zigzag[1].tolist() == [2, 3, 12, 13]
+    for positions in (contiguous, striped, zigzag):
+        assert sorted(positions.flatten().tolist()) == list(range(16))
+        assert all(row == sorted(row) for row in positions.tolist())
+
+
+@pytest.mark.parametrize("T_bad, P, layout, match", [
+    (10, 4, "contiguous", "10 tokens cannot be cut into 4"),
+    (12, 4, "zigzag", "12 tokens cannot be cut into 8"),
+    (16, 4, "diagonal", "layout must be one of contiguous, striped, zigzag; got 'diagonal'"),
+])
+def test_bad_sizes_and_layouts_give_clear_errors_before_any_process_starts(T_bad, P, layout, match):
+    with pytest.raises(ValueError, match=match):
+        shard_positions(T_bad, P, layout)
+    with pytest.raises(ValueError, match=match):
+        run_ring([RingJob(T=T_bad, layout=layout)], P)
+
+
+def test_other_bad_inputs_are_explained_in_the_readers_language():
+    with pytest.raises(ValueError, match="P must be at least 1; got 0"):
+        run_ring([RingJob(T=16)], 0)
+    with pytest.raises(TypeError, match="T must be a whole number; got 16.0"):
+        shard_positions(16.0, 2, "contiguous")
+    with pytest.raises(ValueError, match="block must be a positive divisor of 8 .*; got 3"):
+        expected_tiles(16, 2, "contiguous", 3)
+    with pytest.raises(ValueError, match="block must be a positive divisor of 8 .*; got 0"):
+        run_ring([RingJob(T=16, block=0)], 2)
+    with pytest.raises(ValueError, match="method must be ring, allgather or pass; got 'broadcast'"):
+        run_ring([RingJob(T=16, method="broadcast")], 2)
+    attnlab.set_language("de")
+    try:
+        with pytest.raises(ValueError, match="gleiche Teile"):
+            shard_positions(10, 4, "striped")
+        with pytest.raises(ValueError, match="layout muss eines von contiguous, striped, zigzag sein"):
+            shard_positions(16, 4, "Streifen")
+    finally:
+        attnlab.set_language("en")
+
+
+def test_an_error_inside_a_rank_is_raised_in_the_caller_with_its_traceback():
+    with pytest.raises(RuntimeError, match="(?s)Rank [01] failed:\nTraceback .*in run_jobs"):
+        run_ring([RingJob(T=8, d=0)], 2, timeout_s=60)  # d = 0: empty heads, the check with SDPA fails on every rank
+
+
+def defined_in_notebook(name: str) -> str:
+    path = ring.__file__.replace("attnlab/ring.py", "chapters/en/09-ring-attention.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)
+
+
+def code_without_docstrings(source: str, name: str) -> str:
+    tree = ast.parse(textwrap.dedent(source))
+    function = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == name)
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return ast.dump(ast.Module(body=body, type_ignores=[]))
+
+
+@pytest.mark.parametrize("name", ["shard_positions", "pass_on", "ring_attention"])
+def test_the_code_taught_in_chapter_9_is_the_code_the_processes_run(name):
+    package = inspect.getsource(getattr(ring, name))
+    assert code_without_docstrings(defined_in_notebook(name), name) == code_without_docstrings(package, name)

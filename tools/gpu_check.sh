@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU check: nbval on every chapter and solution notebook plus the GPU-only
+# checks (tests/test_gpu.py), for a machine that has a CUDA build of torch but
+# no Jupyter stack. The GPU job of .github/workflows/ci.yml runs it too.
+#
+#   bash tools/gpu_check.sh [WHEELS]
+#
+# WHEELS (optional): a folder of carried wheels; requirements/gpu.txt is then
+# installed from it, without any index, into .gpu-site/ (next to the torch the
+# machine has). Prepare it on a machine with PyPI, for the GPU machine's Python:
+#
+#   bash tools/gpu_check.sh --download WHEELS [PYTHON_VERSION]   # e.g. 3.12
+#
+# Environment: PYTHON (default python3), JOBS (pytest-xdist workers, default 4),
+# ATTNLAB_REQUIRE_GPU (default 1: no CUDA fails; 0 rehearses on a CPU machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+SITE=$PWD/.gpu-site
+
+if [ "${1:-}" = "--download" ]; then
+  wheels=${2:?usage: tools/gpu_check.sh --download WHEELS [PYTHON_VERSION]}
+  version=${3:-$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
+  "$PYTHON" -m pip download --quiet --dest "$wheels" --only-binary=:all: --python-version "$version" \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -r requirements/gpu.txt -c requirements/lock.txt
+  echo "wheels for Python $version in $wheels: $(ls "$wheels" | wc -l) files, $(du -sh "$wheels" | cut -f1)"
+  exit 0
+fi
+
+if [ -n "${1:-}" ]; then
+  "$PYTHON" -m pip install --quiet --no-index --find-links "$1" --target "$SITE" --upgrade \
+    -r requirements/gpu.txt -c requirements/lock.txt
+fi
+if [ -d "$SITE" ]; then
+  export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export ATTNLAB_REQUIRE_GPU=${ATTNLAB_REQUIRE_GPU:-1}
+[ "$ATTNLAB_REQUIRE_GPU" = 0 ] && unset ATTNLAB_REQUIRE_GPU
+
+"$PYTHON" - <<'PY'
+import torch
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, GPU: {gpu}", flush=True)
+PY
+
+notebooks=""
+for d in chapters/*/ solutions/*/; do
+  if compgen -G "$d*.ipynb" >/dev/null; then notebooks="$notebooks ${d%/}"; fi
+done
+echo "notebooks:$notebooks"
+start=$(date +%s)
+status=0
+"$PYTHON" -m pytest -p no:cacheprovider -q -rs -n "${JOBS:-4}" --dist loadfile \
+  --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg $notebooks tests/test_gpu.py || status=$?
+echo "GPU check: pytest exit status $status after $(( $(date +%s) - start )) s"
+exit $status
