@@ -145,9 +145,9 @@ class KVCache:
         if not config.causal:
             raise ValueError(tr("error.cache_bidirectional"))
         L, B, H, _, d = self.k.shape
-        if (L, H, d) != (config.n_layer, config.n_head, config.head_dim):
+        if (L, H, d) != (config.n_layer, config.kv_heads, config.head_dim):  # H: key/value heads (chapter 8)
             raise ValueError(tr("error.cache_model", L=L, H=H, d=d, model_L=config.n_layer,
-                                model_H=config.n_head, model_d=config.head_dim))
+                                model_H=config.kv_heads, model_d=config.head_dim))
         if B != batch_size:
             raise ValueError(tr("error.cache_batch", cache_B=B, B=batch_size))
         self.check_room(T_new)

@@ -69,6 +69,20 @@ class WindowKVCache:
     def advance(self, n: int) -> None:
         self.pos += n
 
+    def check_fits(self, config: GPTConfig, batch_size: int, T_new: int) -> None:
+        """Clear errors before a forward pass: a cache of another model or batch, or a model whose
+        window is wider than the ring (it would read keys the ring has already overwritten)."""
+        if not config.causal:
+            raise ValueError(tr("error.cache_bidirectional"))
+        if config.window is None or config.window > self.window:
+            raise ValueError(tr("ch8.err_window_model", window=self.window, model_window=str(config.window)))
+        L, B, H, _, d = self.k.shape
+        if (L, H, d) != (config.n_layer, config.kv_heads, config.head_dim):
+            raise ValueError(tr("error.cache_model", L=L, H=H, d=d, model_L=config.n_layer,
+                                model_H=config.kv_heads, model_d=config.head_dim))
+        if B != batch_size:
+            raise ValueError(tr("error.cache_batch", cache_B=B, B=batch_size))
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the cache tensors: 2 x L x B x H_kv x W x d x bytes per number."""

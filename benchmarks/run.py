@@ -191,8 +191,11 @@ def grader_row() -> dict | None:
     import subprocess
 
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", str(notebook), "--quiet"],
-                          capture_output=True, text=True, cwd=ROOT)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as reports:
+        done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", str(notebook), "--out", reports],
+                              capture_output=True, text=True, cwd=ROOT)
     return {"notebook": notebook.relative_to(ROOT).as_posix(), "seconds": time.perf_counter() - start,
             "exit_code": done.returncode}
 

@@ -18,7 +18,7 @@ CHAPTER = "08-masks-in-real-models"
 
 def code_cells(lang: str = "en") -> list[str]:
     nb = nbformat.read(notebooks.ROOT / "chapters" / lang / f"{CHAPTER}.ipynb", as_version=4)
-    return [cell.source for cell in nb.cells if cell.cell_type == "code" and cell.id != "setup"]
+    return [cell.source for cell in nb.cells if cell.cell_type == "code" and cell.id not in notebooks.GENERATED_CELLS]
 
 
 def definition(source: str, name: str) -> str:

@@ -58,3 +58,13 @@ def test_clear_errors():
         WindowKVCache(GPTConfig(vocab_size=10), 1)
     with pytest.raises(ValueError, match="3"):
         WindowKVCache(GPTConfig(vocab_size=10, window=5), 1, window=3)
+
+
+def test_a_ring_for_a_model_without_a_window_is_refused_before_it_decodes_wrongly():
+    torch.manual_seed(0)
+    full_attention = GPT(GPTConfig(vocab_size=50, block_size=64, n_layer=2, n_head=4, n_embd=32)).eval()
+    ring = WindowKVCache(full_attention.config, 1, window=4)
+    with pytest.raises(ValueError, match="window is None"):
+        full_attention(torch.zeros(1, 3, dtype=torch.long), cache=ring)
+    with pytest.raises(ValueError, match="batch"):
+        windowed()(torch.zeros(2, 3, dtype=torch.long), cache=WindowKVCache(windowed().config, 1))
