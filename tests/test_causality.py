@@ -167,7 +167,6 @@ def code_cells(path):
     return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.id not in ("colab", "setup")]
 
 
-@pytest.mark.xfail(reason="the notebook cells it executes moved when the Colab setup cell was added; to be fixed next session", strict=False)
 def test_the_tests_taught_in_chapter_5_compute_what_the_package_computes(model, idx):
     from attnlab import causality
 
