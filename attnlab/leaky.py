@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gpt import GPT, GPTConfig, KVCache, SelfAttention
-from .multihead import split_heads
 
 VARIANTS = ("no_mask", "time_norm", "label_in_input", "lookahead_conv", "merge_without_transpose",
             "positions_from_end")
@@ -56,7 +55,8 @@ class MergeWithoutTranspose(SelfAttention):
     Every head still applies its causal mask; the rows are glued together wrongly."""
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        q, k, v = (split_heads(proj(x), self.n_head) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        start = cache.pos if cache is not None else 0
+        q, k, v = self.project(x, torch.arange(start, start + x.size(1), device=x.device))
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
         out = self.attend(q, k, v)  # [B, H, T, d], causal
@@ -157,6 +157,8 @@ def leaky_gpt(name: str, model: GPT | GPTConfig) -> nn.Module:
             block.attn = buggy
         return model
     # positions_from_end
+    if model.position_embedding is None:
+        raise ValueError("positions_from_end needs learned position embeddings (positions='learned'), not RoPE")
     positions = PositionsFromEnd(config.block_size, config.n_embd)
     positions.weight = model.position_embedding.weight
     model.position_embedding = positions
