@@ -180,3 +180,27 @@ def test_batched_rule_errors_speak_the_readers_language():
             document_mod(torch.zeros(1, 4))
     finally:
         attnlab.set_language("en")
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: keep_from_lengths([3.5, 2], 5), ValueError, "lengths"),
+    (lambda: keep_from_lengths([3, 2], "5"), TypeError, "T must be a whole number"),
+    (lambda: padding_mod([[True, False]]), TypeError, r"\[B, T\] bool"),
+    (lambda: document_mod([[0, 1]]), TypeError, "document_ids"),
+    (lambda: batch_mask(mask_mod("causal"), 1.5, 3), TypeError, "B must be a whole number"),
+    (lambda: batch_mask("causal", 1, 3), TypeError, "mask_mod function"),
+    (lambda: and_masks(mask_mod("causal"), "padding"), TypeError, "mask_mod function"),
+    (lambda: batch_mask(padding_mod(torch.ones(2, 4, dtype=torch.bool)), 2, 6), ValueError, "T_kv=6"),
+    (lambda: batch_mask(padding_mod(torch.ones(2, 4, dtype=torch.bool)), 3, 4), ValueError, "B=3"),
+], ids=["float-lengths", "T-str", "keep-list", "docs-list", "B-float", "kind-name", "and-str", "keep-short",
+        "keep-few-rows"])
+def test_what_a_reader_gets_wrong_is_explained_not_a_torch_traceback(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_an_all_padding_row_and_a_window_wider_than_the_text_are_fine():
+    keep = keep_from_lengths([3, 0], 3)
+    allowed = batch_mask(and_masks(mask_mod("causal"), padding_mod(keep)), 2, 3)
+    assert allowed[0].any() and not allowed[1].any()
+    assert torch.equal(build_mask("sliding_window", 4, window=10), build_mask("causal", 4))
