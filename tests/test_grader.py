@@ -39,8 +39,9 @@ def keys(result):
 
 
 def test_five_chapters_eighteen_tasks_and_every_task_has_mutants_alternatives_and_messages():
-    assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention", "06-kv-cache",
-                         "07-bidirectional-attention"]
+    assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention",
+                         "04-teacher-forcing", "05-is-my-model-causal",
+                         "06-kv-cache", "07-bidirectional-attention"]
     assert len(TASKS) >= 18 and len(MUTANTS) >= 80
     catalog = i18n.catalog()
     for task_id, task in TASKS.items():
