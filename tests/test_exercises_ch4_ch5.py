@@ -76,14 +76,13 @@ def test_greedy_reference_equals_the_course_generate_while_it_fits_and_argmaxes_
         config, state, prompt, n_new = case.args
         model = ch4.build_gpt(config, state, prompt.device)
         out = ch4.greedy_generate(model, prompt, n_new)
-        fits = config.block_size - prompt.size(1)
+        fits = min(n_new, config.block_size - prompt.size(1))
         with torch.no_grad():
             assert torch.equal(out[:, :prompt.size(1) + fits], model.generate(prompt, fits, use_cache=True))
             for t in range(prompt.size(1), out.size(1)):
                 logits = model(out[:, max(0, t - config.block_size):t])[0][:, -1]  # [B, V]
                 top2 = logits.topk(2, dim=-1).values
                 assert (top2[:, 0] - top2[:, 1]).min() > 1e-3, case.label  # no near-tie: every way agrees
-        assert out.size(1) > config.block_size or case.label.startswith(("B=1", "B=3"))
 
 
 def test_the_cases_cross_block_size_and_avoid_the_worked_example():

@@ -22,7 +22,7 @@ ATOL = 1e-4  # the leaks of the case models are above 1e-2, their rounding noise
 MODELS = [  # (variant, T, V, D, H); "dropout": a causal GPT with dropout 0.2, handed over in training mode.
     # The notebook's examples use T=16.
     ("causal", 9, 29, 24, 3), ("no_mask", 7, 17, 16, 2), ("time_norm", 12, 23, 16, 4),
-    ("label_in_input", 11, 31, 32, 4), ("lookahead_conv", 10, 19, 16, 2), ("merge_without_transpose", 8, 26, 24, 4),
+    ("label_in_input", 11, 31, 32, 4), ("lookahead_conv", 10, 19, 16, 2), ("merge_without_transpose", 13, 26, 24, 4),
     ("positions_from_end", 9, 21, 16, 2), ("dropout", 10, 25, 16, 2),
 ]
 
