@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from .gpt import GPT
 from .i18n import tr
+from .inputs import describe
 from .multihead import merge_heads
 
 
@@ -46,6 +47,9 @@ def pack(documents: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor
     Returns tokens, document ids and position ids, each [1, T]; positions
     restart at 0 at the first token of every document.
     """
+    if isinstance(documents, (str, torch.Tensor)) or any(
+            isinstance(doc, str) or not hasattr(doc, "__len__") for doc in documents):
+        raise TypeError(tr("ch8.err_pack_type", got=describe(documents)))
     if not documents or any(len(doc) == 0 for doc in documents):
         raise ValueError(tr("ch8.err_pack"))
     tokens = torch.tensor([t for doc in documents for t in doc])[None]  # [1, T]

@@ -55,20 +55,22 @@ class GPTConfig:
     window: int | None = None  # sliding window: each query reads its last `window` keys (chapter 8)
 
     def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            whole_number(name, getattr(self, name), low=1)
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.n_kv_head is not None and (self.n_kv_head < 1 or self.n_head % self.n_kv_head):
-            raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
-        if self.positions not in ("learned", "rope"):
-            raise ValueError(f"positions must be 'learned' or 'rope', not {self.positions!r}")
+            raise ValueError(tr("error.config_heads", n_embd=self.n_embd, n_head=self.n_head))
+        if self.n_kv_head is not None and (whole_number("n_kv_head", self.n_kv_head, low=1) > self.n_head
+                                           or self.n_head % self.n_kv_head):
+            raise ValueError(tr("error.config_kv_heads", n_head=self.n_head, n_kv_head=self.n_kv_head))
+        for name, options in (("positions", ("learned", "rope")), ("norm", ("layer", "rms")),
+                              ("attention", ("sdpa", "explicit"))):
+            if getattr(self, name) not in options:
+                raise ValueError(tr("error.config_choice", name=name, options=", ".join(map(repr, options)),
+                                    got=describe(getattr(self, name))))
         if self.positions == "rope" and self.head_dim % 2:
-            raise ValueError(f"rope rotates pairs of features: head_dim={self.head_dim} must be even")
-        if self.window is not None and (self.window < 1 or not self.causal):
-            raise ValueError(f"window={self.window} needs causal=True and window >= 1")
-        if self.norm not in ("layer", "rms"):
-            raise ValueError(f"norm must be 'layer' or 'rms', not {self.norm!r}")
-        if self.attention not in ("sdpa", "explicit"):
-            raise ValueError(f"attention must be 'sdpa' or 'explicit', not {self.attention!r}")
+            raise ValueError(tr("ch8.err_rope_odd", d=self.head_dim))
+        if self.window is not None and (whole_number("window", self.window, low=1) < 1 or not self.causal):
+            raise ValueError(tr("error.config_window", window=self.window))
 
     @property
     def head_dim(self) -> int:
@@ -285,6 +287,8 @@ class GPT(nn.Module):
         self.check_idx(idx)
         B, T = idx.shape
         if cache is not None:
+            if not hasattr(cache, "check_fits"):
+                raise TypeError(tr("error.gpt_cache_type", got=describe(cache)))
             cache.check_fits(self.config, B, T)
         start = cache.pos if cache is not None else 0  # a decoded token keeps its place in the sequence
         if start + T > self.config.block_size:
@@ -306,9 +310,8 @@ class GPT(nn.Module):
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
             got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
             raise ValueError(tr("error.gpt_idx", got=got))
-        # on the CPU only: the check reads the ids back, which would stall a GPU at every step
-        if idx.device.type == "cpu" and idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
-            raise ValueError(tr("error.token_range", high=self.config.vocab_size - 1,
+        if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
+            raise ValueError(tr("error.gpt_token_range", high=self.config.vocab_size - 1,
                                 low_got=int(idx.min()), high_got=int(idx.max())))
 
     @torch.no_grad()

@@ -103,10 +103,18 @@ def build_mask(kind: str, T_q: int, T_kv: int | None = None, *, prefix: int | No
 # They are still mask_mods, so they combine with the rules above by and / or,
 # as Hugging Face's ``create_causal_mask`` combines ``kv <= q`` with padding.
 
-def and_masks(*mods: MaskMod) -> MaskMod:
-    """A query may read a key only if every rule allows it (intersection)."""
+def check_rules(mods) -> None:
+    """At least one rule, and every rule a function (not a kind's name or a mask tensor)."""
     if not mods:
         raise ValueError(tr("ch8.err_no_rules"))
+    for mod in mods:
+        if not callable(mod):
+            raise TypeError(tr("ch8.err_rule_type", got=describe(mod)))
+
+
+def and_masks(*mods: MaskMod) -> MaskMod:
+    """A query may read a key only if every rule allows it (intersection)."""
+    check_rules(mods)
 
     def every(b, h, q_idx, kv_idx):
         allowed = mods[0](b, h, q_idx, kv_idx)
@@ -119,8 +127,7 @@ def and_masks(*mods: MaskMod) -> MaskMod:
 
 def or_masks(*mods: MaskMod) -> MaskMod:
     """A query may read a key if any rule allows it (union)."""
-    if not mods:
-        raise ValueError(tr("ch8.err_no_rules"))
+    check_rules(mods)
 
     def any_of(b, h, q_idx, kv_idx):
         allowed = mods[0](b, h, q_idx, kv_idx)
@@ -133,10 +140,15 @@ def or_masks(*mods: MaskMod) -> MaskMod:
 
 def keep_from_lengths(lengths, T: int, side: str = "right", device=None) -> torch.Tensor:
     """[B, T] bool, True = a real token, False = padding; ``side`` is where the padding goes."""
-    lengths = torch.as_tensor(lengths, device=device)
+    T = whole_number("T", T, low=1)
     if side not in ("right", "left"):
         raise ValueError(tr("ch8.err_side", side=side))
-    if lengths.dim() != 1 or (lengths < 0).any() or (lengths > T).any():
+    try:
+        lengths = torch.as_tensor(lengths, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(tr("ch8.err_lengths", T=T, lengths=describe(lengths))) from None
+    if (lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool
+            or (lengths < 0).any() or (lengths > T).any()):
         raise ValueError(tr("ch8.err_lengths", T=T, lengths=lengths.tolist()))
     slots = torch.arange(T, device=lengths.device)[None, :]  # [1, T]
     if side == "right":
@@ -147,6 +159,8 @@ def keep_from_lengths(lengths, T: int, side: str = "right", device=None) -> torc
 def padding_mod(keep: torch.Tensor) -> MaskMod:
     """Key padding: a query may read key ``kv_idx`` of row ``b`` only if it is a real token.
     ``keep`` is [B, T_kv] bool (True = real token), for example from :func:`keep_from_lengths`."""
+    if not isinstance(keep, torch.Tensor):
+        raise TypeError(tr("ch8.err_keep", shape=describe(keep), dtype=type(keep).__name__))
     if keep.dim() != 2 or keep.dtype != torch.bool:
         raise ValueError(tr("ch8.err_keep", shape=tuple(keep.shape), dtype=str(keep.dtype)))
 
@@ -159,6 +173,8 @@ def padding_mod(keep: torch.Tensor) -> MaskMod:
 def document_mod(document_ids: torch.Tensor) -> MaskMod:
     """Packed documents: a query may read a key only from its own document.
     ``document_ids`` is [B, T] (one integer per token); combine with ``causal``."""
+    if not isinstance(document_ids, torch.Tensor):
+        raise TypeError(tr("ch8.err_documents", shape=describe(document_ids), dtype=type(document_ids).__name__))
     if document_ids.dim() != 2 or document_ids.is_floating_point() or document_ids.dtype == torch.bool:
         raise ValueError(tr("ch8.err_documents", shape=tuple(document_ids.shape), dtype=str(document_ids.dtype)))
 
@@ -172,11 +188,17 @@ def batch_mask(mod: MaskMod, B: int, T_q: int, T_kv: int | None = None,
                device: torch.device | str | None = None) -> torch.Tensor:
     """Dense boolean mask [B, 1, T_q, T_kv] of any mask_mod (True = may read), the
     shape SDPA broadcasts over heads; queries are the last T_q of T_kv positions."""
-    T_kv = T_q if T_kv is None else T_kv
+    check_rules([mod])
+    B, T_q = whole_number("B", B), whole_number("T_q", T_q)
+    T_kv = T_q if T_kv is None else whole_number("T_kv", T_kv)
     if B < 1 or T_q < 1 or T_q > T_kv:
         raise ValueError(tr("ch8.err_batch_shape", B=B, T_q=T_q, T_kv=T_kv))
     b = torch.arange(B, device=device)[:, None, None, None]  # [B, 1, 1, 1]
     h = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)  # one mask for every head
     q_idx = torch.arange(T_kv - T_q, T_kv, device=device)[None, None, :, None]  # [1, 1, T_q, 1]
     kv_idx = torch.arange(T_kv, device=device)[None, None, None, :]  # [1, 1, 1, T_kv]
-    return mod(b, h, q_idx, kv_idx).expand(B, 1, T_q, T_kv).clone()  # [B, 1, T_q, T_kv]
+    try:
+        allowed = mod(b, h, q_idx, kv_idx)
+    except IndexError as error:  # a keep / document_ids tensor with fewer rows or columns than the mask
+        raise ValueError(tr("ch8.err_rule_index", B=B, T_kv=T_kv, detail=str(error))) from None
+    return allowed.expand(B, 1, T_q, T_kv).clone()  # [B, 1, T_q, T_kv]

@@ -31,6 +31,8 @@ def block_kinds(block_mask, b: int = 0, h: int = 0) -> list[list[str]]:
     """Kind of every (query block, key block) of a FlexAttention ``BlockMask``:
     "full" (every pair allowed), "partial" (the mask_mod decides per pair) or
     "empty" (nothing allowed: the block is skipped)."""
+    if not hasattr(block_mask, "kv_indices"):
+        raise TypeError(tr("ch8.err_block_mask", got=inputs.describe(block_mask)))
     n_q, n_kv = block_mask.kv_indices.shape[-2:]
     kinds = [["empty"] * n_kv for _ in range(n_q)]
     listed = [(block_mask.kv_num_blocks, block_mask.kv_indices, "partial"),
@@ -72,6 +74,10 @@ def _draw_blocks(ax, kinds: list[list[str]], block: int, allowed: torch.Tensor, 
 def blocks_figure(panels: Sequence[dict], block: int) -> Figure:
     """One panel per dict ``{"kinds": [[...]], "allowed": [T, T] bool, "title": str}``:
     blocks coloured by kind, the forbidden pairs inside partial blocks in light grey."""
+    if isinstance(panels, dict) or not panels or any(
+            not isinstance(p, dict) or {"kinds", "allowed", "title"} - set(p) for p in panels):
+        raise ValueError(tr("ch8.err_panels", got=inputs.describe(panels)))
+    block = inputs.whole_number("block", block, low=1)
     fig = Figure(figsize=(2.9 * len(panels), 3.4), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels):
@@ -86,6 +92,8 @@ def blocks_figure(panels: Sequence[dict], block: int) -> Figure:
 def reach_figure(reach: Sequence[torch.Tensor], titles: Sequence[str]) -> Figure:
     """Boolean [T, T] reachability matrices side by side (True: the output at the row's
     position depends on the input at the column's position); the last row is framed."""
+    if not reach or len(reach) != len(titles):
+        raise ValueError(tr("ch8.err_titles", matrices=len(reach), titles=len(titles)))
     fig = Figure(figsize=(2.7 * len(reach), 3.0), layout="constrained")
     axes = fig.subplots(1, len(reach), squeeze=False)[0]
     cmap = matplotlib.colors.ListedColormap(["#EEEEEE", "#4477AA"])
@@ -208,5 +216,6 @@ def mask_combination_explorer(lengths: Sequence[int] = (8, 6, 3),
 
 def tile_kinds_as_blocks(T: int, block: int) -> list[list[str]]:
     """Chapter 3's tile map in FlexAttention's words (full, partial, empty)."""
+    T, block = inputs.whole_number("T", T, low=1), inputs.whole_number("block", block, low=1)
     back = {v: k for k, v in BLOCK_KINDS.items()}
     return [[back[kind] for kind in row] for row in tile_map(T, block)]

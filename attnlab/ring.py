@@ -457,6 +457,10 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobR
     message. A failure in any process is raised here with its traceback.
     """
     P = inputs.whole_number("P", P, 1)
+    if isinstance(jobs, RingJob):
+        jobs = [jobs]
+    if not jobs or not all(isinstance(job, RingJob) for job in jobs):
+        raise TypeError(tr("ring.error_jobs", got=inputs.describe(jobs)))
     for job in jobs:
         check_sizes(job.T, P, job.layout, job.block)
         if job.method not in ("ring", "allgather", "pass"):

@@ -86,6 +86,10 @@ def layout_figure(T: int, P: int, layouts: Sequence[str] = LAYOUTS) -> Figure:
 def timeline_figure(results: Sequence[JobResult]) -> Figure:
     """Per layout, one bar per rank: computing (coloured, one shade per step), waiting for the
     next block (grey) and idle after its last step until the slowest rank is done (white)."""
+    if isinstance(results, JobResult):
+        results = [results]
+    if not results or not all(isinstance(result, JobResult) for result in results):
+        raise ValueError(tr("ring.error_results", got=inputs.describe(results)))
     fig = Figure(figsize=(7.2, 1.0 + 1.05 * len(results)), layout="constrained")
     axes = fig.subplots(len(results), 1, squeeze=False, sharex=True)[:, 0]
     end = max(result.span for result in results) * 1e3

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from .i18n import tr
+from .inputs import describe
 
 
 def rope_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> torch.Tensor:
@@ -32,6 +33,12 @@ def rope_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> torch
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """Rotate queries or keys ``x`` [B, H, T, d] by their positions: [T], or [B, T] per row."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2:
+        raise TypeError(tr("ch8.err_rope_x", got=describe(x) + (f" {x.dtype}" if isinstance(x, torch.Tensor) else "")))
+    positions = torch.as_tensor(positions, device=x.device) if not isinstance(positions, torch.Tensor) else positions
+    if (positions.is_floating_point() or positions.dim() not in (1, 2) or positions.size(-1) != x.size(-2)
+            or (positions.dim() == 2 and x.dim() != 4)):
+        raise ValueError(tr("ch8.err_rope_positions", T=x.size(-2), got=describe(positions)))
     angles = rope_angles(positions, x.size(-1), base)  # [T, d/2] or [B, T, d/2]
     if angles.dim() == 3:
         angles = angles[:, None]  # [B, 1, T, d/2]: the same positions for every head

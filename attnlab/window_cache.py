@@ -21,6 +21,7 @@ import torch
 
 from .gpt import GPT, GPTConfig, pick_next
 from .i18n import tr
+from .inputs import describe, whole_number
 
 
 class WindowKVCache:
@@ -32,6 +33,10 @@ class WindowKVCache:
 
     def __init__(self, config: GPTConfig, batch_size: int, window: int | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
+        if not isinstance(config, GPTConfig):
+            raise TypeError(tr("ch8.err_window_config", got=describe(config)))
+        batch_size = whole_number("batch_size", batch_size, low=1)
+        window = window if window is None else whole_number("window", window, low=1)
         window = window or config.window
         if window is None or window < 1:
             raise ValueError(tr("ch8.err_window_cache"))
@@ -94,6 +99,7 @@ def decode_greedy(model: GPT, prompt: torch.Tensor, steps: int, cache=None) -> t
     """Greedy decoding of ``steps`` tokens after ``prompt`` [B, T0] with the given cache
     (a :class:`WindowKVCache` or :class:`attnlab.gpt.KVCache`), or, with ``cache=None``, by
     recomputing the whole sequence at every step. Returns [B, T0 + steps]."""
+    steps = whole_number("steps", steps, low=0)
     idx = prompt
     logits, _ = model(idx, cache=cache)  # prefill
     for _ in range(steps):

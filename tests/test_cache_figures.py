@@ -6,6 +6,7 @@ import pytest
 import attnlab
 from attnlab.cache_figures import (BLOCKED, EARLIER, EMPTY, NEW, NOT_YET, READS_CACHED, READS_NEW, REUSED,
                                    attention_state, cache_explorer, cache_figure, cache_state)
+from language_checks import assert_message_in_languages
 
 
 def test_cache_state_marks_reused_new_and_empty_slots():
@@ -61,12 +62,4 @@ CASES = [  # (call, English words, German words)
 
 @pytest.mark.parametrize("call, english, german", CASES)
 def test_bad_input_gets_a_clear_message_in_the_readers_language(call, english, german):
-    for lang, words in (("en", english), ("de", german)):
-        attnlab.setup(lang)
-        try:
-            with pytest.raises((ValueError, TypeError)) as error:
-                call()
-        finally:
-            attnlab.setup("en")
-        for word in words:
-            assert word in str(error.value), (lang, str(error.value))
+    assert_message_in_languages((ValueError, TypeError), call, {"en": english, "de": german})

@@ -74,3 +74,18 @@ def test_bad_options_are_refused():
         GPTConfig(vocab_size=10, positions="alibi")
     with pytest.raises(ValueError, match="causal"):
         GPTConfig(vocab_size=10, window=4, causal=False)
+
+
+def test_config_errors_speak_the_readers_language():
+    import attnlab
+
+    with pytest.raises(TypeError, match="n_kv_head must be a whole number"):
+        GPTConfig(vocab_size=10, n_kv_head=2.0)
+    with pytest.raises(TypeError, match="window must be a whole number"):
+        GPTConfig(vocab_size=10, window="4")
+    try:
+        attnlab.set_language("de")
+        with pytest.raises(ValueError, match="Vielfaches von n_kv_head=3"):
+            GPTConfig(vocab_size=10, n_head=4, n_kv_head=3)
+    finally:
+        attnlab.set_language("en")

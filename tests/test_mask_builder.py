@@ -6,6 +6,7 @@ import torch
 import attnlab
 from attnlab.mask_builder import MASK_KINDS, build_mask, mask_mod
 from attnlab.masks import causal_allowed, causal_allowed_from_indices
+from language_checks import assert_message_in_languages
 
 
 def by_hand(kind, T_q, T_kv, prefix=None, window=None):
@@ -57,15 +58,7 @@ CASES = [  # (exception, call, English words, German words)
 
 @pytest.mark.parametrize("exception, call, english, german", CASES)
 def test_bad_input_gets_a_clear_message_in_the_readers_language(exception, call, english, german):
-    for lang, words in (("en", english), ("de", german)):
-        attnlab.setup(lang)
-        try:
-            with pytest.raises(exception) as error:
-                call()
-        finally:
-            attnlab.setup("en")
-        for word in words:
-            assert word in str(error.value), (lang, str(error.value))
+    assert_message_in_languages(exception, call, {"en": english, "de": german})
 
 
 def test_cross_may_have_more_queries_than_keys():
@@ -180,3 +173,27 @@ def test_batched_rule_errors_speak_the_readers_language():
             document_mod(torch.zeros(1, 4))
     finally:
         attnlab.set_language("en")
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: keep_from_lengths([3.5, 2], 5), ValueError, "lengths"),
+    (lambda: keep_from_lengths([3, 2], "5"), TypeError, "T must be a whole number"),
+    (lambda: padding_mod([[True, False]]), TypeError, r"\[B, T\] bool"),
+    (lambda: document_mod([[0, 1]]), TypeError, "document_ids"),
+    (lambda: batch_mask(mask_mod("causal"), 1.5, 3), TypeError, "B must be a whole number"),
+    (lambda: batch_mask("causal", 1, 3), TypeError, "mask_mod function"),
+    (lambda: and_masks(mask_mod("causal"), "padding"), TypeError, "mask_mod function"),
+    (lambda: batch_mask(padding_mod(torch.ones(2, 4, dtype=torch.bool)), 2, 6), ValueError, "T_kv=6"),
+    (lambda: batch_mask(padding_mod(torch.ones(2, 4, dtype=torch.bool)), 3, 4), ValueError, "B=3"),
+], ids=["float-lengths", "T-str", "keep-list", "docs-list", "B-float", "kind-name", "and-str", "keep-short",
+        "keep-few-rows"])
+def test_what_a_reader_gets_wrong_is_explained_not_a_torch_traceback(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_an_all_padding_row_and_a_window_wider_than_the_text_are_fine():
+    keep = keep_from_lengths([3, 0], 3)
+    allowed = batch_mask(and_masks(mask_mod("causal"), padding_mod(keep)), 2, 3)
+    assert allowed[0].any() and not allowed[1].any()
+    assert torch.equal(build_mask("sliding_window", 4, window=10), build_mask("causal", 4))

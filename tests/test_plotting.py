@@ -13,19 +13,11 @@ from attnlab import plotting
 from attnlab.blocked import tile_map
 from attnlab.masks import causal_allowed
 from attnlab.plotting import draw_matrix, figure_png, matrix_figure, tile_figure
+from language_checks import message
 
 TOKENS = "the model must not peek at the next word again and again".split()  # 12
 
 
-def message(lang, exception, call):
-    """The message ``call`` raises in ``lang``."""
-    attnlab.set_language(lang)
-    try:
-        with pytest.raises(exception) as info:
-            call()
-    finally:
-        attnlab.set_language("en")
-    return str(info.value)
 
 
 weights4 = torch.full((4, 4), 0.25)

@@ -129,6 +129,10 @@ def test_other_bad_inputs_are_explained_in_the_readers_language():
         run_ring([RingJob(T=16, block=0)], 2)
     with pytest.raises(ValueError, match="method must be ring, allgather or pass; got 'broadcast'"):
         run_ring([RingJob(T=16, method="broadcast")], 2)
+    with pytest.raises(TypeError, match="non-empty list of RingJob"):
+        run_ring([], 2)
+    with pytest.raises(TypeError, match="non-empty list of RingJob"):
+        run_ring(["contiguous"], 2)
     attnlab.set_language("de")
     try:
         with pytest.raises(ValueError, match="gleiche Teile"):

@@ -56,3 +56,10 @@ def test_timeline_and_layout_figures_draw_without_processes():
 def test_explorer_refuses_bad_sizes_with_clear_messages(kwargs, error, match):
     with pytest.raises(error, match=match):
         ring_explorer(**kwargs)
+
+
+def test_timeline_figure_without_results_says_what_it_needs():
+    from attnlab.ring_figures import timeline_figure
+
+    with pytest.raises(ValueError, match="results of run_ring"):
+        timeline_figure([])

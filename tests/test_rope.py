@@ -69,3 +69,12 @@ def test_odd_head_size_is_refused():
         apply_rope(torch.randn(1, 1, 2, 5), torch.arange(2))
     with pytest.raises(ValueError, match="even"):
         GPTConfig(vocab_size=10, n_embd=12, n_head=4, positions="rope")
+
+
+def test_wrong_positions_or_inputs_are_explained():
+    x = torch.randn(1, 1, 3, 4)
+    with pytest.raises(ValueError, match="one per token"):
+        apply_rope(x, torch.arange(5))
+    with pytest.raises(TypeError, match="float tensor"):
+        apply_rope([[1.0, 2.0]], torch.arange(1))
+    assert torch.equal(apply_rope(x, [0, 1, 2]), apply_rope(x, torch.arange(3)))  # a list of positions is fine

@@ -99,15 +99,7 @@ from attnlab.masks import causal_allowed  # noqa: E402
 from attnlab.widgets import head_explorer, mask_explorer_for, tile_explorer  # noqa: E402
 
 
-def message(lang, exception, call):
-    """The message ``call`` raises in ``lang``."""
-    attnlab.set_language(lang)
-    try:
-        with pytest.raises(exception) as info:
-            call()
-    finally:
-        attnlab.set_language("en")
-    return str(info.value)
+from language_checks import message  # noqa: E402
 
 
 SIX = ["the", "cat", "sat", "on", "the", "mat"]

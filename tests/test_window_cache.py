@@ -68,3 +68,19 @@ def test_a_ring_for_a_model_without_a_window_is_refused_before_it_decodes_wrongl
         full_attention(torch.zeros(1, 3, dtype=torch.long), cache=ring)
     with pytest.raises(ValueError, match="batch"):
         windowed()(torch.zeros(2, 3, dtype=torch.long), cache=WindowKVCache(windowed().config, 1))
+
+
+def test_bad_sizes_and_wrong_objects_are_explained():
+    config = GPTConfig(vocab_size=10, window=4)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        WindowKVCache(config, 0)
+    with pytest.raises(TypeError, match="GPTConfig"):
+        WindowKVCache("config", 1)
+    model = windowed()
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="steps must be at least 0"):
+        decode_greedy(model, prompt, -1)
+    with pytest.raises(TypeError, match="KVCache or a WindowKVCache"):
+        decode_greedy(model, prompt, 2, "cache")
+    with pytest.raises(ValueError, match="vocab_size - 1 = 49"):
+        decode_greedy(model, torch.full((1, 3), 50), 2)
