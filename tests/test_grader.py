@@ -38,10 +38,10 @@ def keys(result):
 # The tasks themselves
 
 
-def test_five_chapters_eighteen_tasks_and_every_task_has_mutants_alternatives_and_messages():
+def test_seven_chapters_twenty_five_tasks_and_every_task_has_mutants_alternatives_and_messages():
     assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention", "06-kv-cache",
-                         "07-bidirectional-attention"]
-    assert len(TASKS) >= 18 and len(MUTANTS) >= 80
+                         "07-bidirectional-attention", "08-masks-in-real-models", "09-ring-attention"]
+    assert len(TASKS) >= 25 and len(MUTANTS) >= 110
     catalog = i18n.catalog()
     for task_id, task in TASKS.items():
         assert task.mutants and task.alternatives, task_id

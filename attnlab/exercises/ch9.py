@@ -1,0 +1,327 @@
+"""Exercise 9 (exercises/src/09-ring-attention.md): the token -> rank layouts, the tiles each
+rank computes at each ring step under the causal mask, and folding an arriving K/V block
+into the online softmax. Pure tensor math in one process: grading starts no process group.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..blocked import OnlineSoftmax, tile_kind
+from ..grader import Case, Task
+from ..ring import expected_tiles, ring_schedule
+from ..ring import shard_positions as course_shard_positions
+from . import case_device
+
+EXERCISE = "09-ring-attention"
+
+
+# --------------------------------------------------------------------------
+# 1. shard_positions(T, P, layout) -> [P, T // P] long: the positions each rank holds,
+#    increasing in every row; layout "contiguous", "striped" or "zigzag"
+
+
+def shard_positions(T, P, layout):
+    tokens = torch.arange(T)
+    if layout == "contiguous":
+        return tokens.view(P, T // P)  # rank r: r*S .. (r+1)*S - 1
+    if layout == "striped":
+        return tokens.view(T // P, P).T.contiguous()  # rank r: r, r+P, r+2P, ...
+    chunks = tokens.view(2 * P, T // (2 * P))  # zigzag: 2P chunks
+    return torch.cat([chunks[:P], chunks.flip(0)[:P]], dim=1)  # rank r: chunk r and chunk 2P-1-r
+
+
+LAYOUT_CASES = [(12, 3, "contiguous"), (10, 2, "contiguous"), (12, 4, "striped"), (15, 3, "striped"),
+                (8, 2, "striped"), (12, 3, "zigzag"), (24, 4, "zigzag"), (8, 2, "zigzag"), (20, 5, "zigzag")]
+# the notebook shows T=16, P=4
+
+
+def layout_cases(generator):
+    return [Case((T, P, layout), label=f"T={T}, P={P}, layout={layout!r}") for T, P, layout in LAYOUT_CASES]
+
+
+def _as_tensor(fn, *args):
+    """Accept a list of lists as well as a tensor: the positions are what is graded."""
+    got = fn(*args)
+    if isinstance(got, (list, tuple)):
+        try:
+            return torch.tensor(got, dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError):
+            return got
+    return got
+
+
+def _layout_mutant(zigzag="mirror", striped="transpose", ignore_layout=False):
+    def positions(T, P, layout):
+        tokens = torch.arange(T)
+        if ignore_layout or layout == "contiguous":
+            return tokens.view(P, T // P)
+        if layout == "striped":
+            rows = tokens.view(T // P, P).T
+            return rows.roll(-1, dims=0).contiguous() if striped == "off_by_one" else rows.contiguous()
+        chunks = tokens.view(2 * P, T // (2 * P))
+        if zigzag == "consecutive":
+            return torch.cat([chunks[:P], chunks[P:]], dim=1)  # chunk r and chunk P + r
+        if zigzag == "reversed":
+            return torch.cat([chunks[:P], tokens.flip(0).view(2 * P, T // (2 * P))[:P]], dim=1)
+        return torch.cat([chunks[:P], chunks.flip(0)[:P]], dim=1)
+
+    return positions
+
+
+def _by_rule(T, P, layout):
+    """Correct: which rank holds token t, then every rank's tokens in order."""
+    if layout == "contiguous":
+        owner = [t // (T // P) for t in range(T)]
+    elif layout == "striped":
+        owner = [t % P for t in range(T)]
+    else:
+        chunk = T // (2 * P)
+        owner = [min(t // chunk, 2 * P - 1 - t // chunk) for t in range(T)]
+    return [[t for t in range(T) if owner[t] == r] for r in range(P)]
+
+
+def _arithmetic(T, P, layout):
+    """Correct: closed forms with index arithmetic on a [P, S] grid."""
+    S = T // P
+    r = torch.arange(P)[:, None]
+    i = torch.arange(S)[None, :]
+    if layout == "contiguous":
+        return r * S + i
+    if layout == "striped":
+        return i * P + r
+    c = S // 2
+    return torch.where(i < c, r * c + i, (2 * P - 1 - r) * c + (i - c))
+
+
+SHARD_POSITIONS = Task(
+    id="ch9.shard_positions", exercise=EXERCISE, reference=shard_positions, cases=layout_cases, call=_as_tensor,
+    mutants={
+        "zigzag_consecutive": _layout_mutant(zigzag="consecutive"),
+        "zigzag_reversed": _layout_mutant(zigzag="reversed"),
+        "striped_off_by_one": _layout_mutant(striped="off_by_one"),
+        "layout_ignored": _layout_mutant(ignore_layout=True),
+    },
+    alternatives=[
+        lambda T, P, layout: course_shard_positions(T, P, layout),
+        _by_rule,
+        _arithmetic,
+        lambda T, P, layout: torch.arange(T).view(-1, P).T if layout == "striped" else shard_positions(T, P, layout),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. tiles_per_step(T, P, layout, block) -> [P][P] ints: the tiles rank r computes at ring
+#    step t (keys of rank (r - t) mod P), causal mask, tiles of `block` positions per side
+
+
+def tiles_per_step(T, P, layout, block):
+    positions = shard_positions(T, P, layout)  # [P, S]
+    S = T // P
+    table = []
+    for rank in range(P):
+        row = []
+        for step in range(P):
+            source = (rank - step) % P  # whose keys rank holds at this step
+            computed = 0
+            for q0 in range(0, S, block):
+                q = positions[rank, q0:q0 + block]
+                for k0 in range(0, S, block):
+                    k = positions[source, k0:k0 + block]
+                    computed += bool(k[0] <= q[-1])  # skipped only when every key comes after every query
+            row.append(computed)
+        table.append(row)
+    return table
+
+
+TILE_CASES = [(24, 3, "contiguous", 4), (32, 2, "contiguous", 4), (24, 3, "striped", 2), (24, 4, "striped", 3),
+              (12, 3, "striped", 1), (24, 3, "zigzag", 2), (32, 4, "zigzag", 2), (24, 2, "zigzag", 3)]
+# (T, P, layout, block); the notebook shows T=16, P=4, contiguous, block=2
+
+
+def tile_cases(generator):
+    return [Case((T, P, layout, block), label=f"T={T}, P={P}, layout={layout!r}, block={block}")
+            for T, P, layout, block in TILE_CASES]
+
+
+def _as_lists(fn, *args):
+    """Accept a tensor as well as a list of lists."""
+    got = fn(*args)
+    return got.tolist() if isinstance(got, torch.Tensor) and got.dim() == 2 else got
+
+
+def _tiles_mutant(direction=-1, local=False, causal=True, count="computed"):
+    def tiles(T, P, layout, block):
+        positions = shard_positions(T, P, layout)
+        S = T // P
+        if local:
+            positions = torch.arange(S).expand(P, S)  # indices inside the shard, not positions
+        table = []
+        for rank in range(P):
+            row = []
+            for step in range(P):
+                source = (rank + direction * step) % P
+                computed = skipped = 0
+                for q0 in range(0, S, block):
+                    q = positions[rank, q0:q0 + block]
+                    for k0 in range(0, S, block):
+                        k = positions[source, k0:k0 + block]
+                        if not causal or k[0] <= q[-1]:
+                            computed += 1
+                        else:
+                            skipped += 1
+                row.append(computed if count == "computed" else skipped)
+            table.append(row)
+        return table
+
+    return tiles
+
+
+def _from_schedule(T, P, layout, block):
+    """Correct: count the non-skipped tiles of the course's ring_schedule."""
+    return [[sum(kind != "skipped" for kind, _, _ in step["tiles"]) for step in rank]
+            for rank in ring_schedule(T, P, layout, block)]
+
+
+def _pairwise(T, P, layout, block):
+    """Correct: a tile is computed when at least one of its (query, key) pairs is allowed."""
+    positions = shard_positions(T, P, layout)
+    S = T // P
+    n = S // block
+    table = torch.zeros(P, P, dtype=torch.long)
+    for rank in range(P):
+        for step in range(P):
+            q = positions[rank].view(n, block)  # [n, block]
+            k = positions[(rank - step) % P].view(n, block)
+            allowed = k[None, :, None, :] <= q[:, None, :, None]  # [n_q, n_k, bq, bk]
+            table[rank, step] = int(allowed.flatten(2).any(-1).sum())
+    return table
+
+
+def _with_tile_kind(T, P, layout, block):
+    """Correct: chapter 3's tile_kind on the first and last position of each tile."""
+    positions = shard_positions(T, P, layout).tolist()
+    S = T // P
+    return [[sum(tile_kind(positions[r][a], positions[r][a + block - 1] + 1,
+                           positions[(r - t) % P][b], positions[(r - t) % P][b + block - 1] + 1) != "skipped"
+                 for a in range(0, S, block) for b in range(0, S, block))
+             for t in range(P)] for r in range(P)]
+
+
+TILES_PER_STEP = Task(
+    id="ch9.tiles_per_step", exercise=EXERCISE, reference=tiles_per_step, cases=tile_cases, call=_as_lists,
+    mutants={
+        "wrong_direction": _tiles_mutant(direction=1),
+        "local_indices": _tiles_mutant(local=True),
+        "no_mask": _tiles_mutant(causal=False),
+        "counts_skipped": _tiles_mutant(count="skipped"),
+    },
+    alternatives=[
+        lambda T, P, layout, block: expected_tiles(T, P, layout, block),
+        _from_schedule,
+        _pairwise,
+        _with_tile_kind,
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 3. fold_block(m, l, acc, scores, v) -> (m, l, acc): fold one arriving block into the
+#    online softmax. m [..., q] running maximum, l [..., q] sum of exp(score - m),
+#    acc [..., q, d_v] sum of exp(score - m) * value; scores [..., q, k] (-inf = masked),
+#    v [..., k, d_v]. After the fold every row has seen at least one allowed key.
+
+
+def fold_block(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.amax(dim=-1))  # [..., q]
+    correction = torch.exp(m - m_new)  # rescales what was summed under the old maximum
+    p = torch.exp(scores - m_new[..., None])  # [..., q, k]
+    l_new = l * correction + p.sum(dim=-1)
+    acc_new = acc * correction[..., None] + p @ v
+    return m_new, l_new, acc_new
+
+
+FOLD_SIZES = [(1, 2, 3, 4, 5), (2, 1, 4, 6, 3), (1, 3, 5, 2, 4), (2, 2, 2, 8, 6), (1, 1, 6, 3, 2)]
+# (B, H, q, k, d_v); the notebook shows one row with two keys
+
+
+def fold_cases(generator):
+    device = case_device()
+    cases = []
+    for n, (B, H, nq, nk, d_v) in enumerate(FOLD_SIZES):
+        scale = 4.0 if n % 2 else 2.0
+        m = torch.full((B, H, nq), float("-inf"))
+        l, acc = torch.zeros(B, H, nq), torch.zeros(B, H, nq, d_v)
+        if n != 4:  # case 5 starts from the empty state (nothing read yet)
+            earlier = torch.randn(B, H, nq, nk + 1, generator=generator) * scale
+            m, l, acc = fold_block(m, l, acc, earlier, torch.randn(B, H, nk + 1, d_v, generator=generator))
+        scores = torch.randn(B, H, nq, nk, generator=generator) * scale + 1.5 * (n % 3 - 1)  # some rows gain a new max
+        scores = scores.masked_fill(torch.rand(B, H, nq, nk, generator=generator) < 0.3, float("-inf"))
+        scores[..., 0] = torch.randn(B, H, nq, generator=generator) * scale  # at least one allowed key per row
+        v = torch.randn(B, H, nk, d_v, generator=generator)
+        cases.append(Case(tuple(t.to(device) for t in (m, l, acc, scores, v)),
+                          label=f"B={B}, H={H}, q={nq}, k={nk}, d_v={d_v}"))
+    return cases
+
+
+def _fold_mutant(kind):
+    def fold(m, l, acc, scores, v):
+        m_block = scores.amax(dim=-1)
+        m_new = m_block if kind == "block_max_only" else torch.maximum(m, m_block)
+        correction = torch.exp(m - m_new)
+        if kind == "inverted_correction":
+            correction = torch.exp(m_new - m).nan_to_num(posinf=0.0)
+        p = torch.exp(scores - m_new[..., None])
+        if kind == "no_max":
+            return m_new, l + scores.exp().sum(dim=-1), acc + scores.exp() @ v
+        if kind == "acc_not_rescaled":
+            return m_new, l * correction + p.sum(dim=-1), acc + p @ v
+        if kind == "nothing_rescaled":
+            return m_new, l + p.sum(dim=-1), acc + p @ v
+        if kind == "normalized_block":
+            return m_new, l * correction + p.sum(dim=-1), acc * correction[..., None] + scores.softmax(-1) @ v
+        return m_new, l * correction + p.sum(dim=-1), acc * correction[..., None] + p @ v
+
+    return fold
+
+
+def _course_state(m, l, acc, scores, v):
+    """Correct: attnlab.blocked.OnlineSoftmax, the state ring_attention keeps per query tile."""
+    state = OnlineSoftmax(m.shape, v.size(-1), m.device)
+    state.m, state.l, state.acc = m, l, acc
+    state.add(scores, v)
+    return state.m, state.l, state.acc
+
+
+def _concatenated(m, l, acc, scores, v):
+    """Correct: the old state as one more column, with weight l and value acc / l."""
+    m_new = torch.maximum(m, scores.amax(dim=-1))
+    weights = torch.exp(torch.cat([m[..., None], scores], dim=-1) - m_new[..., None])  # [..., q, 1 + k]
+    l_new = weights[..., 0] * l + weights[..., 1:].sum(dim=-1)
+    acc_new = weights[..., :1] * acc + weights[..., 1:] @ v
+    return m_new, l_new, acc_new
+
+
+def _logsumexp(m, l, acc, scores, v):
+    """Correct: combine the old and new log-sums with torch.logaddexp, then rescale."""
+    m_new = torch.maximum(m, scores.amax(dim=-1))
+    log_l = torch.logaddexp(l.log() + m, torch.logsumexp(scores, dim=-1))  # log of the total sum
+    p = torch.exp(scores - m_new[..., None])
+    return m_new, torch.exp(log_l - m_new), torch.exp(m - m_new)[..., None] * acc + torch.einsum("...qk,...kd->...qd", p, v)
+
+
+FOLD_BLOCK = Task(
+    id="ch9.fold_block", exercise=EXERCISE, reference=fold_block, cases=fold_cases,
+    mutants={
+        "acc_not_rescaled": _fold_mutant("acc_not_rescaled"),
+        "nothing_rescaled": _fold_mutant("nothing_rescaled"),
+        "inverted_correction": _fold_mutant("inverted_correction"),
+        "block_max_only": _fold_mutant("block_max_only"),
+        "no_max": _fold_mutant("no_max"),
+        "normalized_block": _fold_mutant("normalized_block"),
+    },
+    alternatives=[_course_state, _concatenated, _logsumexp],
+)
+
+TASKS = [SHARD_POSITIONS, TILES_PER_STEP, FOLD_BLOCK]

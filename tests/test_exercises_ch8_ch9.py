@@ -1,0 +1,144 @@
+"""The graded tasks of exercises 8 and 9 grade what they claim: the references agree with the
+chapters' code (mask builder, SDPA's enable_gqa, the ring's formula and schedule, the online
+softmax of ring attention), every correct formulation gets full marks, every known mistake
+loses points with its own message in every language, a stub scores zero, a fixed answer fails.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab import grader, i18n
+from attnlab.blocked import finish_states, start_states, attend_tiles
+from attnlab.exercises import all_tasks, ch8, ch9
+from attnlab.mask_builder import and_masks, batch_mask, keep_from_lengths, mask_mod, padding_mod
+from attnlab.ring import expected_tiles
+
+TASKS = {task_id: task for task_id, task in all_tasks().items() if task_id.startswith(("ch8.", "ch9."))}
+ALTERNATIVES = [(task_id, n) for task_id, task in TASKS.items() for n in range(len(task.alternatives))]
+MUTANTS = [(task_id, name) for task_id, task in TASKS.items() for name in task.mutants]
+
+
+def keys(result):
+    return {f.problem.key for f in result.failures}
+
+
+def test_seven_tasks_in_two_exercises_with_titles_and_messages():
+    assert list(TASKS) == ["ch8.padded_causal_mask", "ch8.document_mask", "ch8.sliding_window_mask",
+                           "ch8.gqa_attention", "ch9.shard_positions", "ch9.tiles_per_step", "ch9.fold_block"]
+    assert {task.exercise for task in TASKS.values()} == {"08-masks-in-real-models", "09-ring-attention"}
+    catalog = i18n.catalog()
+    for task_id, task in TASKS.items():
+        assert f"grader.task.{task_id}" in catalog
+        assert all(f"grader.mutant.{task_id}.{name}" in catalog for name in task.mutants)
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_the_reference_gets_full_marks(task_id):
+    result = grader.grade(task_id, TASKS[task_id].reference)
+    assert result.passed and result.total >= 4, result.text()
+
+
+@pytest.mark.parametrize("task_id,n", ALTERNATIVES, ids=[f"{t}-{n}" for t, n in ALTERNATIVES])
+def test_every_alternative_gets_full_marks(task_id, n):
+    result = grader.grade(task_id, TASKS[task_id].alternatives[n])
+    assert result.passed, result.text()
+
+
+@pytest.mark.parametrize("task_id,name", MUTANTS, ids=[f"{t}-{n}" for t, n in MUTANTS])
+def test_every_mutant_loses_points_with_its_own_message_in_every_language(task_id, name):
+    result = grader.grade(task_id, TASKS[task_id].mutants[name])
+    key = f"grader.mutant.{task_id}.{name}"
+    assert result.points < result.total and key in keys(result), result.text()
+    for lang in i18n.LANGUAGES:
+        assert i18n.tr(key, lang=lang) in result.text(lang)
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_a_stub_scores_zero_and_a_fixed_answer_fails(task_id):
+    def stub(*args):
+        raise NotImplementedError("your turn")
+
+    result = grader.grade(task_id, stub)
+    assert result.points == 0 and keys(result) == {"grader.not_implemented"}
+    task = TASKS[task_id]
+    first = task.run(task.reference, task.make_cases()[0])
+    fixed = grader.grade(task_id, lambda *args: first)
+    assert fixed.points <= 1, fixed.text()
+
+
+def test_the_mutants_of_one_case_never_share_an_output():
+    """Each wrong answer has one name: no two mutants give the same output on a case where they are wrong."""
+    for task_id, task in TASKS.items():
+        for case in task.make_cases():
+            reference = task.run(task.reference, case)
+            outputs = {}
+            for name, mutant in task.mutants.items():
+                out = task.run(mutant, case)
+                if not grader.same_output(out, reference):
+                    outputs[name] = out
+            names = list(outputs)
+            for n, a in enumerate(names):
+                for b in names[n + 1:]:
+                    assert not grader.same_output(outputs[a], outputs[b]), (task_id, case.label, a, b)
+
+
+def test_the_mask_references_equal_the_chapters_mask_builder():
+    for case in TASKS["ch8.padded_causal_mask"].make_cases():
+        (keep,) = case.args
+        lengths = keep.sum(-1).tolist()
+        assert torch.equal(keep.cpu(), keep_from_lengths(lengths, keep.size(1), "left"))
+        expected = batch_mask(and_masks(mask_mod("causal"), padding_mod(keep)), *keep.shape, device=keep.device)
+        assert torch.equal(ch8.padded_causal_mask(keep), expected)
+    for T, W in [(12, 3), (5, 5), (4, 1)]:
+        assert torch.equal(ch8.sliding_window_mask(T, W), ch8.build_mask("sliding_window", T, window=W))
+
+
+def test_gqa_reference_equals_sdpa_enable_gqa_and_mha_when_every_head_has_its_own_kv():
+    for case in TASKS["ch8.gqa_attention"].make_cases():
+        q, k, v = case.args
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        assert torch.allclose(ch8.gqa_attention(q, k, v), expected, atol=1e-6)
+
+
+def test_tile_counts_equal_the_chapters_formula_and_the_worked_example():
+    for T, P, layout, block in ch9.TILE_CASES:
+        assert ch9.tiles_per_step(T, P, layout, block) == expected_tiles(T, P, layout, block)
+    assert ch9.tiles_per_step(16, 4, "contiguous", 2) == [[3, 0, 0, 0], [3, 4, 0, 0], [3, 4, 4, 0], [3, 4, 4, 4]]
+
+
+def test_folding_every_block_of_a_ring_gives_softmax_attention():
+    """fold_block over the ring's arrival order, then acc / l, equals SDPA with the causal mask."""
+    torch.manual_seed(0)
+    T, P, d = 24, 3, 8
+    q, k, v = torch.randn(3, 2, T, d).unbind(0)  # [H, T, d]
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    positions = ch9.shard_positions(T, P, "zigzag")
+    for rank in range(P):
+        mine = positions[rank]
+        m = torch.full((2, len(mine)), float("-inf"))
+        l, acc = torch.zeros(2, len(mine)), torch.zeros(2, len(mine), d)
+        for step in range(P):
+            theirs = positions[(rank - step) % P]
+            scores = q[:, mine] @ k[:, theirs].transpose(-2, -1) / d ** 0.5
+            scores = scores.masked_fill(theirs[None, :] > mine[:, None], float("-inf"))
+            m, l, acc = ch9.fold_block(m, l, acc, scores, v[:, theirs])
+        assert torch.allclose(acc / l[..., None], expected[:, mine], atol=1e-5)
+        states = start_states(q[:, mine], d, 4)  # the chapter's ring code on the same blocks
+        for step in range(P):
+            theirs = positions[(rank - step) % P]
+            attend_tiles(states, q[:, mine], k[:, theirs], v[:, theirs], mine, theirs, 4)
+        assert torch.allclose(finish_states(states, q.dtype), expected[:, mine], atol=1e-5)
+
+
+def test_the_worked_example_of_the_fold():
+    m, l, acc = ch9.fold_block(torch.tensor([1.0]), torch.tensor([2.0]), torch.tensor([[1.0, -1.0]]),
+                               torch.tensor([[3.0, float("-inf")]]), torch.tensor([[2.0, 0.0], [5.0, 5.0]]))
+    assert m.item() == 3.0
+    assert torch.allclose(l, torch.tensor([2 * torch.exp(torch.tensor(-2.0)).item() + 1]))
+    assert [round(x, 4) for x in acc[0].tolist()] == [2.1353, -0.1353]
+
+
+def test_a_list_of_lists_is_accepted_where_a_tensor_is_asked_and_the_other_way_round():
+    assert grader.grade("ch9.shard_positions", lambda T, P, layout: ch9.shard_positions(T, P, layout).tolist()).passed
+    assert grader.grade("ch9.tiles_per_step", lambda *args: torch.tensor(ch9.tiles_per_step(*args))).passed
