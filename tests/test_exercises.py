@@ -21,6 +21,7 @@ LANGS = notebooks.LANGUAGES
 
 def test_every_exercise_has_a_stub_and_a_solution_in_every_language():
     assert [s.slug for s in EXERCISES] == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention",
+                                           "04-teacher-forcing", "05-is-my-model-causal",
                                            "06-kv-cache", "07-bidirectional-attention",
                                            "08-masks-in-real-models", "09-ring-attention"]
     for source in EXERCISES:

@@ -12,7 +12,9 @@ from functools import lru_cache
 
 import torch
 
-CHAPTERS = ("ch1", "ch2", "ch3", "ch6", "ch7",
+CHAPTERS = ("ch1", "ch2", "ch3",
+            "ch4", "ch5",  # exercises 4 and 5
+            "ch6", "ch7",
             "ch8", "ch9")  # exercises 8 and 9
 
 

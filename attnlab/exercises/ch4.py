@@ -1,0 +1,253 @@
+"""Exercise 4 (exercises/src/04-teacher-forcing.md): the shifted inputs and targets of a
+batch of windows, the next-token loss from logits [B, T, V], and a greedy decode loop
+without a cache on the course's small GPT (the context cropped to ``block_size``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..gpt import GPT, GPTConfig, pick_next
+from ..grader import Case, Task
+from . import case_device
+
+EXERCISE = "04-teacher-forcing"
+
+
+# --------------------------------------------------------------------------
+# 1. shifted_targets(windows) -> (inputs, targets): windows [B, T+1] of token ids;
+#    inputs = tokens 0..T-1, targets = tokens 1..T, both [B, T] (teacher forcing)
+
+
+def shifted_targets(windows):
+    return windows[:, :-1], windows[:, 1:]
+
+
+WINDOW_SIZES = [(2, 9), (1, 7), (3, 13), (4, 5), (2, 17)]  # (B, T+1); the notebook shows one window of 6 tokens
+
+
+def shift_cases(generator):
+    cases = []
+    for B, n in WINDOW_SIZES:
+        windows = torch.randint(0, 50, (B, n), generator=generator).to(case_device())
+        cases.append(Case((windows,), label=f"windows [{B}, {n}]"))
+    return cases
+
+
+SHIFTED_TARGETS = Task(
+    id="ch4.shifted_targets", exercise=EXERCISE, reference=shifted_targets, cases=shift_cases,
+    mutants={
+        "no_shift": lambda w: (w[:, :-1], w[:, :-1]),
+        "wrong_way": lambda w: (w[:, 1:], w[:, :-1]),
+        "label_in_input": lambda w: (w[:, 1:], w[:, 1:]),
+        "input_keeps_last": lambda w: (w, w[:, 1:]),
+        "too_short": lambda w: (w[:, :-2], w[:, 1:-1]),
+        "shifted_by_two": lambda w: (w[:, :-2], w[:, 2:]),
+    },
+    alternatives=[
+        lambda w: (w[..., :-1], w[..., 1:]),
+        lambda w: [w.narrow(1, 0, w.size(1) - 1), w.narrow(1, 1, w.size(1) - 1)],
+        lambda w: tuple(w.unfold(1, w.size(1) - 1, 1).unbind(1)),  # [B, 2, T]: the two windows of length T
+        lambda w: (w[:, :-1].clone(), w.roll(-1, dims=1)[:, :-1]),
+        lambda w: (w[:, :w.shape[1] - 1], w[:, 1:w.shape[1]]),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. next_token_loss(logits, targets) -> 0-d tensor: the mean cross-entropy over all
+#    B x T positions; logits [B, T, V] (position t predicts targets[:, t]), targets [B, T]
+
+
+def next_token_loss(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+LOSS_SIZES = [(2, 7, 11), (3, 5, 6), (3, 12, 20), (4, 9, 5), (2, 15, 8)]  # (B, T, V); the notebook shows (2, 3, 4)
+
+
+def loss_cases(generator):
+    device = case_device()
+    cases = []
+    for B, T, V in LOSS_SIZES:
+        logits = torch.randn(B, T, V, generator=generator) * 2
+        targets = torch.randint(0, V, (B, T), generator=generator)
+        cases.append(Case((logits.to(device), targets.to(device)), label=f"B={B}, T={T}, V={V}"))
+    return cases
+
+
+def _per_position(logits, targets):  # [B, T]
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+
+
+def _manual_loss(logits, targets):
+    log_probs = logits.log_softmax(dim=-1)  # [B, T, V]
+    return -log_probs.gather(-1, targets.unsqueeze(-1)).mean()
+
+
+def _logsumexp_loss(logits, targets):
+    picked = logits.gather(-1, targets[..., None]).squeeze(-1)  # [B, T]: the target's logit
+    return (logits.logsumexp(dim=-1) - picked).mean()
+
+
+NEXT_TOKEN_LOSS = Task(
+    id="ch4.next_token_loss", exercise=EXERCISE, reference=next_token_loss, cases=loss_cases,
+    mutants={
+        "shifted_again": lambda logits, targets: F.cross_entropy(
+            logits[:, :-1].flatten(0, 1), targets[:, 1:].flatten()),
+        "misaligned_flatten": lambda logits, targets: F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), targets.t().reshape(-1)),
+        "softmax_twice": lambda logits, targets: F.cross_entropy(
+            logits.softmax(dim=-1).flatten(0, 1), targets.flatten()),
+        "softmax_over_time": lambda logits, targets: -logits.log_softmax(dim=1).gather(
+            -1, targets[..., None]).mean(),
+        "no_log_softmax": lambda logits, targets: F.nll_loss(logits.flatten(0, 1), targets.flatten()),
+        "sum": lambda logits, targets: _per_position(logits, targets).sum(),
+        "sum_over_time": lambda logits, targets: _per_position(logits, targets).sum(dim=1).mean(),
+    },
+    alternatives=[
+        lambda logits, targets: F.cross_entropy(logits.transpose(1, 2), targets),
+        lambda logits, targets: F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1)),
+        _manual_loss,
+        _logsumexp_loss,
+        lambda logits, targets: nn.CrossEntropyLoss()(logits.view(-1, logits.shape[-1]), targets.view(-1)),
+        lambda logits, targets: _per_position(logits, targets).mean(dim=1).mean(),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 3. greedy_generate(model, prompt, n_new) -> [B, T0 + n_new]: the prompt [B, T0] and n_new
+#    tokens appended one at a time, each the argmax of the last position's logits; no cache;
+#    the model reads at most block_size tokens: feed it the LAST block_size tokens.
+
+
+def greedy_generate(model, prompt, n_new):
+    idx = prompt
+    for _ in range(n_new):
+        context = idx[:, -model.config.block_size:]  # [B, <= block_size]
+        logits = model(context)[0]  # [B, T, V]
+        next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # [B, 1]
+        idx = torch.cat([idx, next_id], dim=1)
+    return idx
+
+
+GENERATE_SIZES = [  # (B, prompt, n_new, block_size, V, D, H); the notebook shows B=1, prompt=3, n_new=4, block_size=5
+    (1, 3, 5, 12, 19, 16, 2), (2, 4, 9, 8, 23, 16, 4), (3, 2, 6, 10, 17, 24, 3), (2, 3, 7, 6, 29, 16, 2),
+    (2, 2, 10, 4, 31, 32, 4),
+]
+
+
+def random_gpt_state(config, generator, blocks=1.0):
+    """A state dict for GPT(config) with larger random weights than at initialization: the logits
+    spread out, so every argmax is clear and every leak is far above rounding noise. ``blocks``
+    scales the weights inside the blocks (larger: greedy decoding repeats itself less)."""
+    with torch.random.fork_rng():  # GPT() draws its initial weights: the notebook's RNG stays as it was
+        torch.manual_seed(int(torch.randint(0, 2**31, (), generator=generator)))
+        model = GPT(config)
+    state = {}
+    for name, p in model.state_dict().items():
+        if p.dim() == 2:
+            scale = 0.5 if "embedding" in name or name == "head.weight" else blocks / math.sqrt(p.size(-1))
+            p = torch.randn(p.shape, generator=generator) * scale
+        state[name] = p
+    state["head.weight"] = state["token_embedding.weight"]  # tied
+    return state
+
+
+def build_gpt(config, state, device):
+    with torch.random.fork_rng():
+        model = GPT(config)
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
+def generate_cases(generator):
+    device = case_device()
+    cases = []
+    for B, T0, n_new, block_size, V, D, H in GENERATE_SIZES:
+        config = GPTConfig(vocab_size=V, block_size=block_size, n_layer=2, n_head=H, n_embd=D)
+        state = {k: v.to(device) for k, v in random_gpt_state(config, generator, blocks=3.0).items()}
+        prompt = torch.randint(0, V, (B, T0), generator=generator).to(device)
+        cases.append(Case((config, state, prompt, n_new),
+                          label=f"B={B}, prompt={T0}, n_new={n_new}, block_size={block_size}"))
+    return cases
+
+
+def _call_generate(fn, config, state, prompt, n_new):
+    """A fresh model for every call: whatever the learner's function does to it stays in this call."""
+    return fn(build_gpt(config, state, prompt.device), prompt, n_new)
+
+
+def _generate_mutant(position=-1, feed="all", crop="end", keep_prompt=True):
+    def generate(model, prompt, n_new):
+        idx = prompt
+        block_size = model.config.block_size
+        for _ in range(n_new):
+            context = {"all": idx, "newest": idx[:, -1:], "prompt": prompt}[feed]
+            context = context[:, -block_size:] if crop == "end" else context[:, :block_size]
+            next_id = model(context)[0][:, position].argmax(dim=-1, keepdim=True)
+            idx = torch.cat([idx, next_id], dim=1)
+        return idx if keep_prompt else idx[:, prompt.size(1):]
+
+    return generate
+
+
+def _nanogpt_style(model, idx, max_new_tokens):
+    for _ in range(max_new_tokens):
+        idx_cond = idx if idx.size(1) <= model.config.block_size else idx[:, -model.config.block_size:]
+        logits, _ = model(idx_cond)
+        logits = logits[:, -1, :]  # [B, V]
+        probs = F.softmax(logits, dim=-1)
+        _, idx_next = torch.topk(probs, k=1, dim=-1)  # [B, 1]
+        idx = torch.cat((idx, idx_next), dim=1)
+    return idx
+
+
+def _preallocated(model, prompt, n_new):
+    B, T0 = prompt.shape
+    out = torch.empty(B, T0 + n_new, dtype=torch.long, device=prompt.device)
+    out[:, :T0] = prompt
+    for t in range(T0, T0 + n_new):
+        start = max(0, t - model.config.block_size)
+        out[:, t] = pick_next(model(out[:, start:t])[0][:, -1])[:, 0]
+    return out
+
+
+def _cache_while_it_fits(model, prompt, n_new):
+    """Correct: the course's generate (with a KV cache) while the sequence fits, then the loop."""
+    fits = max(0, min(n_new, model.config.block_size - prompt.size(1)))
+    idx = model.generate(prompt, fits, use_cache=True)
+    for _ in range(n_new - fits):
+        next_id = torch.max(model(idx[:, -model.config.block_size:])[0][:, -1], dim=-1).indices
+        idx = torch.cat([idx, next_id[:, None]], dim=1)
+    return idx
+
+
+def _python_lists(model, prompt, n_new):
+    rows = prompt.tolist()
+    for _ in range(n_new):
+        context = torch.tensor([row[-model.config.block_size:] for row in rows], device=prompt.device)
+        best = model(context)[0][:, -1].argmax(dim=-1).tolist()
+        rows = [row + [b] for row, b in zip(rows, best)]
+    return torch.tensor(rows, device=prompt.device)
+
+
+GREEDY_GENERATE = Task(
+    id="ch4.greedy_generate", exercise=EXERCISE, reference=greedy_generate, cases=generate_cases,
+    call=_call_generate,
+    mutants={
+        "first_position": _generate_mutant(position=0),
+        "newest_token_only": _generate_mutant(feed="newest"),
+        "prompt_only": _generate_mutant(feed="prompt"),
+        "crop_keeps_start": _generate_mutant(crop="start"),
+        "new_tokens_only": _generate_mutant(keep_prompt=False),
+    },
+    alternatives=[_nanogpt_style, _preallocated, _cache_while_it_fits, _python_lists],
+)
+
+TASKS = [SHIFTED_TARGETS, NEXT_TOKEN_LOSS, GREEDY_GENERATE]

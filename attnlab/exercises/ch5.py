@@ -1,0 +1,237 @@
+"""Exercise 5 (exercises/src/05-is-my-model-causal.md): the prefix test and the cut test of a
+whole model, each as a [T, T] map of leaks, graded on the causal GPT, on the leaky variants of
+``attnlab.leaky`` and on a causal model with dropout that is handed over in training mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..causality import as_sequence, eval_mode, logits_of, vocab_size_of
+from ..gpt import GPTConfig
+from ..grader import Case, Task
+from ..leaky import leaky_gpt
+from . import case_device
+from .ch4 import build_gpt, random_gpt_state
+
+EXERCISE = "05-is-my-model-causal"
+ATOL = 1e-4  # the leaks of the case models are above 1e-2, their rounding noise below 1e-5
+
+MODELS = [  # (variant, T, V, D, H); "dropout": a causal GPT with dropout 0.2, handed over in training mode.
+    # The notebook's examples use T=16.
+    ("causal", 9, 29, 24, 3), ("no_mask", 7, 17, 16, 2), ("time_norm", 12, 23, 16, 4),
+    ("label_in_input", 11, 31, 32, 4), ("lookahead_conv", 10, 19, 16, 2), ("merge_without_transpose", 13, 26, 24, 4),
+    ("positions_from_end", 9, 21, 16, 2), ("dropout", 10, 25, 16, 2),
+]
+
+
+def model_cases(generator):
+    device = case_device()
+    cases = []
+    for variant, T, V, D, H in MODELS:
+        config = GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=H, n_embd=D)
+        state = {k: v.to(device) for k, v in random_gpt_state(config, generator).items()}
+        idx = torch.randint(0, V, (1, T), generator=generator).to(device)
+        cases.append(Case((variant, config, state, idx), {"atol": ATOL}, label=f"{variant}, T={T}, V={V}"))
+    return cases
+
+
+def build_model(variant, config, state, device):
+    """The case's model, fresh for every call (a learner's model.eval() cannot outlive the call)."""
+    if variant == "dropout":
+        return build_gpt(dataclasses.replace(config, dropout=0.2), state, device).train()
+    model = build_gpt(config, state, device)
+    if variant == "causal":
+        return model
+    with torch.random.fork_rng(devices=[]):
+        return leaky_gpt(variant, model).to(device).eval()
+
+
+def _call_with_model(fn, variant, config, state, idx, atol):
+    return fn(build_model(variant, config, state, idx.device), idx, atol=atol)
+
+
+def _future(T, device):
+    return torch.ones(T, T, dtype=torch.bool, device=device).triu(diagonal=1)  # [T, T]: s > t
+
+
+# --------------------------------------------------------------------------
+# 1. prefix_leaks(model, idx, atol) -> [T, T] bool: entry [t, s] is True when s > t and changing
+#    ONLY the token at s moves some logit at output t by more than atol (model in eval mode)
+
+
+def prefix_leaks(model, idx, atol=ATOL):
+    idx = as_sequence(idx)
+    T, V = idx.size(1), vocab_size_of(model)
+    changed = idx.repeat(T, 1)  # [T, T]: sequence s has a new token at position s
+    changed[torch.arange(T), torch.arange(T)] = (idx[0] + 1) % V
+    with eval_mode(model), torch.no_grad():
+        base = logits_of(model, idx)  # [1, T, V]
+        moved = logits_of(model, changed)  # [T (changed s), T (output t), V]
+    change = (moved - base).abs().amax(dim=-1).T  # [t, s]
+    return (change > atol) & _future(T, idx.device)
+
+
+def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=False):
+    def leaks(model, idx, atol=ATOL):
+        T, V = idx.size(1), vocab_size_of(model)
+        changed = idx.repeat(T, 1)
+        changed[torch.arange(T), torch.arange(T)] = (idx[0] + 1) % V
+        if not train_mode:
+            model.eval()
+        base, moved = logits_of(model, idx), logits_of(model, changed)  # [1, T, V], [T, T, V]
+        if compare == "argmax":
+            change = (moved.argmax(dim=-1) != base.argmax(dim=-1)).T.float()  # [t, s]
+        else:
+            change = (moved - base).abs().amax(dim=-1).T
+        if transpose:
+            change = change.T
+        ones = torch.ones(T, T, dtype=torch.bool, device=idx.device)
+        region = {"future": ones.triu(diagonal=1), "with_diagonal": ones.triu(), "past": ones.tril(),
+                  "previous": ones.triu(diagonal=1) & ~ones.triu(diagonal=2)}[keep]
+        return (change > atol) & region
+
+    return leaks
+
+
+def _loop_over_positions(model, idx, atol=ATOL):
+    """Correct: one changed sequence per forward pass, any new token, a list of pairs turned into a map."""
+    model.eval()
+    T = idx.shape[-1]
+    base = model(idx)[0][0]  # [T, V]
+    leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+    for s in range(T):
+        other = idx.clone()
+        other[0, s] = 0 if idx[0, s] != 0 else 1
+        diff = (model(other)[0][0] - base).abs().max(dim=-1).values  # [T]
+        for t in range(s):
+            leaks[t, s] = bool(diff[t] > atol)
+    return leaks
+
+
+def _allclose_rows(model, idx, atol=ATOL):
+    """Correct: torch.allclose per pair (rtol=0), with a random different token per position."""
+    with eval_mode(model), torch.no_grad():
+        T, V = idx.size(1), vocab_size_of(model)
+        base = logits_of(model, idx)[0]
+        shift = torch.randint(1, V, (T,), device=idx.device)
+        leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+        for s in range(1, T):
+            changed = idx.clone()
+            changed[0, s] = (changed[0, s] + shift[s]) % V
+            out = logits_of(model, changed)[0]
+            for t in range(s):
+                leaks[t, s] = not torch.allclose(out[t], base[t], rtol=0, atol=atol)
+    return leaks
+
+
+def _course_map(model, idx, atol=ATOL):
+    """Correct: the course's dependence_map, thresholded above the diagonal."""
+    from ..causality import dependence_map
+
+    leak_map = dependence_map(model.cpu(), idx.cpu())  # [t, s], computed on the CPU
+    return (leak_map > atol).triu(diagonal=1).to(idx.device)
+
+
+PREFIX_LEAKS = Task(
+    id="ch5.prefix_leaks", exercise=EXERCISE, reference=prefix_leaks, cases=model_cases, call=_call_with_model,
+    mutants={
+        "no_eval": _prefix_mutant(train_mode=True),
+        "with_diagonal": _prefix_mutant(keep="with_diagonal"),
+        "wrong_triangle": _prefix_mutant(keep="past"),
+        "transposed": _prefix_mutant(transpose=True),
+        "previous_position_only": _prefix_mutant(keep="previous"),
+        "argmax_only": _prefix_mutant(compare="argmax"),
+    },
+    alternatives=[_loop_over_positions, _allclose_rows, _course_map],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. cut_leaks(model, idx, atol) -> [T, T] bool: entry [t, s] is True when t < s and output t
+#    moves by more than atol when the model sees only the tokens 0..s-1 (model in eval mode)
+
+
+def cut_leaks(model, idx, atol=ATOL):
+    idx = as_sequence(idx)
+    T = idx.size(1)
+    leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+    with eval_mode(model), torch.no_grad():
+        full = logits_of(model, idx)  # [1, T, V]
+        for s in range(1, T):
+            part = logits_of(model, idx[:, :s])  # [1, s, V]: the model sees tokens 0..s-1
+            leaks[:s, s] = (part - full[:, :s]).abs().amax(dim=-1)[0] > atol
+    return leaks
+
+
+def _cut_mutant(train_mode=False, cut="before_s", rows="all", transpose=False):
+    def leaks(model, idx, atol=ATOL):
+        T = idx.size(1)
+        out = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+        if not train_mode:
+            model.eval()
+        full = logits_of(model, idx)
+        for s in range(1, T):
+            if cut == "pad":  # same length: the tokens from s on replaced by token 0
+                part = logits_of(model, torch.cat([idx[:, :s], torch.zeros_like(idx[:, s:])], dim=1))[:, :s]
+            elif cut == "after_s":  # keeps the token at s
+                part = logits_of(model, idx[:, :s + 1])[:, :s]
+            else:
+                part = logits_of(model, idx[:, :s])
+            moved = (part - full[:, :s]).abs().amax(dim=-1)[0] > atol  # [s]
+            if rows == "last":
+                out[s - 1, s] = moved[-1]
+            else:
+                out[:s, s] = moved
+        return out.T if transpose else out
+
+    return leaks
+
+
+def _cut_list(model, idx, atol=ATOL):
+    """Correct: a loop over (t, s) pairs with torch.allclose, one cut run per s."""
+    model.eval()
+    T = idx.shape[1]
+    full = model(idx)[0][0]  # [T, V]
+    leaks = [[False] * T for _ in range(T)]
+    for s in range(1, T):
+        part = model(idx[:, :s])[0][0]  # [s, V]
+        for t in range(s):
+            leaks[t][s] = not torch.allclose(part[t], full[t], rtol=0, atol=atol)
+    return torch.tensor(leaks, device=idx.device)
+
+
+def _course_cut_map(model, idx, atol=ATOL):
+    """Correct: the course's cut_map (NaN where not measured: NaN > atol is False)."""
+    from ..causality import cut_map
+
+    return (cut_map(model.cpu(), idx.cpu()) > atol).to(idx.device)
+
+
+def _cut_shortest_first(model, idx, atol=ATOL):
+    """Correct: the cut for every length, compared with the full run, written as a lower-right loop."""
+    with eval_mode(model), torch.no_grad():
+        T = idx.size(1)
+        full = logits_of(model, idx)[0]
+        leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+        for length in range(T - 1, 0, -1):
+            diff = (logits_of(model, idx[:, :length])[0] - full[:length]).abs()  # [length, V]
+            leaks[:length, length] = (diff > atol).any(dim=-1)
+    return leaks
+
+
+CUT_LEAKS = Task(
+    id="ch5.cut_leaks", exercise=EXERCISE, reference=cut_leaks, cases=model_cases, call=_call_with_model,
+    mutants={
+        "no_eval": _cut_mutant(train_mode=True),
+        "keeps_token_s": _cut_mutant(cut="after_s"),
+        "pads_instead_of_cutting": _cut_mutant(cut="pad"),
+        "last_output_only": _cut_mutant(rows="last"),
+        "transposed": _cut_mutant(transpose=True),
+    },
+    alternatives=[_cut_list, _course_cut_map, _cut_shortest_first],
+)
+
+TASKS = [PREFIX_LEAKS, CUT_LEAKS]

@@ -1,0 +1,140 @@
+"""The graded tasks of exercises 4 and 5 grade what they claim: the greedy loop equals the
+course's generate while the sequence fits, the causality maps equal the course's tests on
+every case model, the case models have clear argmaxes and leaks far above rounding noise.
+
+(The generic checks, reference and alternatives full marks, every mutant named in three
+languages, stubs zero, run for these tasks in test_grader.py and test_grader_notebooks.py.)
+"""
+
+import pytest
+import torch
+
+from attnlab import grader, i18n
+from attnlab.causality import cut_map, dependence_map
+from attnlab.exercises import all_tasks, ch4, ch5
+
+TASKS = all_tasks()
+OURS = [t for t in TASKS if t.startswith(("ch4.", "ch5."))]
+
+
+def keys(result):
+    return {f.problem.key for f in result.failures}
+
+
+@pytest.mark.parametrize("task_id", OURS)
+def test_reference_full_marks_stub_zero_and_every_mutant_named_in_three_languages(task_id):
+    task = TASKS[task_id]
+    assert grader.grade(task_id, task.reference).passed
+    for alternative in task.alternatives:
+        assert grader.grade(task_id, alternative).passed
+    for name, mutant in task.mutants.items():
+        result = grader.grade(task_id, mutant)
+        key = f"grader.mutant.{task_id}.{name}"
+        assert result.points < result.total and key in keys(result), (name, result.text())
+        for lang in i18n.LANGUAGES:
+            assert i18n.tr(key, lang=lang) in result.text(lang)
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    result = grader.grade(task_id, stub)
+    assert result.points == 0 and keys(result) == {"grader.not_implemented"}
+
+
+@pytest.mark.parametrize("task_id", OURS)
+def test_a_hard_coded_answer_fails(task_id):
+    """The answer of the first case, returned for every case, scores at most that one case."""
+    task = TASKS[task_id]
+    first = task.make_cases()[0]
+    answer = task.run(task.reference, first)
+    result = grader.grade(task_id, lambda *args, **kwargs: answer)
+    assert result.points <= 2 and not result.passed  # several causal models share the all-False map
+
+
+def test_the_mutants_of_one_case_never_share_an_output():
+    """Each wrong answer has one name. One exception: on the dropout model, forgetting eval mode and
+    transposing the map both mark every pair above the diagonal."""
+    for task_id in OURS:
+        task = TASKS[task_id]
+        for case in task.make_cases():
+            reference = task.run(task.reference, case)
+            outputs = {}
+            for name, mutant in task.mutants.items():
+                out = task.run(mutant, case)
+                if not grader.same_output(out, reference):
+                    outputs[name] = out
+            names = list(outputs)
+            for n, a in enumerate(names):
+                for b in names[n + 1:]:
+                    if case.args[0] == "dropout" and {a, b} == {"no_eval", "transposed"}:
+                        continue
+                    assert not grader.same_output(outputs[a], outputs[b]), (task_id, case.label, a, b)
+
+
+def test_greedy_reference_equals_the_course_generate_while_it_fits_and_argmaxes_are_clear():
+    for case in TASKS["ch4.greedy_generate"].make_cases():
+        config, state, prompt, n_new = case.args
+        model = ch4.build_gpt(config, state, prompt.device)
+        out = ch4.greedy_generate(model, prompt, n_new)
+        fits = min(n_new, config.block_size - prompt.size(1))
+        with torch.no_grad():
+            assert torch.equal(out[:, :prompt.size(1) + fits], model.generate(prompt, fits, use_cache=True))
+            for t in range(prompt.size(1), out.size(1)):
+                logits = model(out[:, max(0, t - config.block_size):t])[0][:, -1]  # [B, V]
+                top2 = logits.topk(2, dim=-1).values
+                assert (top2[:, 0] - top2[:, 1]).min() > 1e-3, case.label  # no near-tie: every way agrees
+
+
+def test_the_cases_cross_block_size_and_avoid_the_worked_example():
+    sizes = [(B, T0, n, bs) for B, T0, n, bs, *_ in ch4.GENERATE_SIZES]
+    assert sum(T0 + n > bs for _, T0, n, bs in sizes) >= 3
+    assert (1, 3, 5) not in [(B, T0, bs) for B, T0, _, bs in sizes]  # the notebook: B=1, prompt 3, block_size 5
+    assert (1, 6) not in ch4.WINDOW_SIZES and (2, 3, 4) not in ch4.LOSS_SIZES
+    assert all(T != 8 and T != 16 for _, T, *_ in ch5.MODELS)  # the notebooks show T=8 and chapter 5 T=16
+
+
+def test_the_causality_maps_equal_the_course_tests_and_leaks_are_far_above_noise():
+    future = {}
+    for case in TASKS["ch5.prefix_leaks"].make_cases():
+        variant, config, state, idx = case.args
+        T = idx.size(1)
+        above = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
+        model = ch5.build_model(variant, config, state, idx.device)
+        prefix, cut = dependence_map(model, idx), cut_map(model, idx)
+        for leak_map, task_id in ((prefix, "ch5.prefix_leaks"), (cut, "ch5.cut_leaks")):
+            values = leak_map[above]
+            assert ((values < 1e-5) | (values > 1e-2)).all(), (variant, task_id)  # no borderline pair
+            expected = TASKS[task_id].run(TASKS[task_id].reference, case)
+            assert torch.equal(expected, (leak_map > ch5.ATOL) & above), (variant, task_id)
+        future[variant] = (int(TASKS["ch5.prefix_leaks"].run(ch5.prefix_leaks, case).sum()),
+                           int(TASKS["ch5.cut_leaks"].run(ch5.cut_leaks, case).sum()))
+    assert future["causal"] == future["dropout"] == (0, 0)
+    assert future["positions_from_end"][0] == 0 < future["positions_from_end"][1]  # only the cut test sees it
+    assert all(p > 0 and c > 0 for v, (p, c) in future.items()
+               if v not in ("causal", "dropout", "positions_from_end"))
+
+
+def test_the_dropout_model_is_handed_over_in_training_mode_and_a_fresh_model_per_call():
+    case = next(c for c in TASKS["ch5.prefix_leaks"].make_cases() if c.args[0] == "dropout")
+    seen = []
+
+    def spy(model, idx, atol=ch5.ATOL):
+        seen.append(model.training)
+        model.eval()  # a learner who does not restore the mode changes nothing for the next call
+        return ch5.prefix_leaks(model, idx, atol)
+
+    TASKS["ch5.prefix_leaks"].run(spy, case)
+    TASKS["ch5.prefix_leaks"].run(spy, case)
+    assert seen == [True, True]
+
+
+def test_the_loss_reference_is_what_the_course_gpt_returns():
+    config = ch4.GPTConfig(vocab_size=17, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    model = ch4.build_gpt(config, ch4.random_gpt_state(config, torch.Generator().manual_seed(0)), "cpu")
+    windows = torch.randint(0, 17, (3, 9), generator=torch.Generator().manual_seed(1))
+    x, y = ch4.shifted_targets(windows)
+    with torch.no_grad():
+        logits, loss = model(x, y)
+    assert torch.allclose(ch4.next_token_loss(logits, y), loss)
+    assert torch.isclose(ch4.next_token_loss(torch.zeros(2, 3, 4), torch.tensor([[0, 1, 2], [3, 0, 1]])),
+                         torch.tensor(4.0).log())  # the notebook's "predict first"
