@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from .i18n import tr
+from .inputs import describe
 
 TESTS = ("prefix", "cut", "jacobian")
 
@@ -43,8 +44,15 @@ class CausalityError(AssertionError):
 
 def logits_of(model, idx: torch.Tensor) -> torch.Tensor:
     """The logits [B, T, V] of ``model(idx)``, whether it returns a tensor or (logits, loss)."""
+    if not callable(model):
+        raise TypeError(tr("ch5.not_callable", got=describe(model)))
     out = model(idx)
-    return out[0] if isinstance(out, (tuple, list)) else out
+    logits = out[0] if isinstance(out, (tuple, list)) and out else out
+    if (not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() != 3
+            or logits.shape[:2] != idx.shape):
+        got = f"{describe(logits)} {logits.dtype}" if isinstance(logits, torch.Tensor) else describe(logits)
+        raise ValueError(tr("ch5.bad_output", shape=tuple(idx.shape), got=got))
+    return logits
 
 
 @contextmanager
@@ -72,11 +80,18 @@ def find_token_embedding(model) -> nn.Embedding:
     raise ValueError(tr("ch5.no_embedding"))
 
 
-def vocab_size_of(model) -> int:
+def vocab_size_of(model, idx: torch.Tensor | None = None) -> int:
+    """V: from ``model.config``, else its token embedding, else (a plain function such as
+    ``lambda ids: model(preprocess(ids))``) the size of the logits it returns for ``idx``."""
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "vocab_size"):
         return config.vocab_size
-    return find_token_embedding(model).num_embeddings
+    if isinstance(model, nn.Module) and any(isinstance(m, nn.Embedding) for m in model.modules()):
+        return find_token_embedding(model).num_embeddings
+    if idx is None:
+        raise ValueError(tr("ch5.no_vocab", got=describe(model)))
+    with torch.no_grad():
+        return logits_of(model, idx).size(-1)
 
 
 def example_tokens(model, T: int = 16, seed: int = 0) -> torch.Tensor:
@@ -87,6 +102,8 @@ def example_tokens(model, T: int = 16, seed: int = 0) -> torch.Tensor:
 
 def as_sequence(idx: torch.Tensor) -> torch.Tensor:
     """``idx`` as ONE sequence of token ids, [1, T] (a [T] tensor is accepted); a clear error otherwise."""
+    if not isinstance(idx, torch.Tensor):
+        raise ValueError(tr("ch5.bad_idx", shape=describe(idx), dtype=type(idx).__name__))
     if idx.dim() == 1:
         idx = idx.unsqueeze(0)
     if idx.dim() != 2 or idx.size(0) != 1 or idx.dtype != torch.long or idx.size(1) < 2:
@@ -101,7 +118,7 @@ def dependence_map(model, idx: torch.Tensor, seed: int = 0) -> torch.Tensor:
     different (random, seeded) token at position s.
     """
     idx = as_sequence(idx)
-    T, V = idx.size(1), vocab_size_of(model)
+    T, V = idx.size(1), vocab_size_of(model, idx)
     shift = torch.randint(1, V, (T,), generator=torch.Generator().manual_seed(seed))  # never 0: always a new token
     changed = idx.repeat(T, 1)  # [T, T]: sequence s has a new token at position s
     changed[torch.arange(T), torch.arange(T)] = (idx[0] + shift) % V
@@ -175,6 +192,17 @@ def future_max(leak_map: torch.Tensor) -> float:
     return float(leak_map[torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)].max())
 
 
+def _check_atol(model, idx: torch.Tensor, atol: float) -> float:
+    """``atol`` as a float >= 0 that the model's float type can resolve (a clear error otherwise)."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not atol >= 0:
+        raise ValueError(tr("ch5.bad_atol", got=describe(atol)))
+    with eval_mode(model), torch.no_grad():
+        dtype = logits_of(model, idx).dtype
+    if torch.finfo(dtype).eps > atol > 0:  # bfloat16: rounding alone moves logits by ~1e-3 between lengths
+        raise ValueError(tr("ch5.low_precision", dtype=str(dtype), eps=torch.finfo(dtype).eps, atol=atol))
+    return float(atol)
+
+
 def _raise_first(test: str, leak_map: torch.Tensor, atol: float) -> None:
     leak = first_leak(leak_map, atol)
     if leak is not None:
@@ -187,10 +215,33 @@ def assert_causal(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T:
     [1, T] (random tokens if None). Raises :class:`CausalityError` for the first leaking
     pair; returns the largest change above the diagonal (below ``atol``)."""
     idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    atol = _check_atol(model, idx, atol)
     maps = {"prefix": dependence_map(model, idx, seed), "cut": cut_map(model, idx)}
     for test, leak_map in maps.items():
         _raise_first(test, leak_map, atol)
     return max(future_max(m) for m in maps.values())
+
+
+def _checked_jacobian_map(model, idx: torch.Tensor, embedding: nn.Module | None, seed: int) -> torch.Tensor:
+    """:func:`jacobian_map`, with clear errors when the embedding is not on the model's path:
+    never called (the hooks see nothing) or without any effect on the outputs (all zeros,
+    which would pass as causal)."""
+    embedding = embedding or find_token_embedding(model)
+    if not isinstance(embedding, nn.Module):
+        raise TypeError(tr("ch5.bad_embedding", got=describe(embedding)))
+    calls = []
+    handle = embedding.register_forward_hook(lambda module, args, output: calls.append(1))
+    try:
+        with eval_mode(model), torch.no_grad():
+            logits_of(model, idx)
+    finally:
+        handle.remove()
+    if not calls:
+        raise ValueError(tr("ch5.embedding_unused", got=type(embedding).__name__))
+    jac = jacobian_map(model, idx, embedding, seed)
+    if not bool(torch.diagonal(jac).any()):
+        raise ValueError(tr("ch5.embedding_unused", got=type(embedding).__name__))
+    return jac
 
 
 def assert_causal_jacobian(model, idx: torch.Tensor | None = None, embedding: nn.Embedding | None = None,
@@ -198,13 +249,15 @@ def assert_causal_jacobian(model, idx: torch.Tensor | None = None, embedding: nn
     """The gradient test: every d(output t)/d(embedding s) with s > t must be exactly 0.
     Raises :class:`CausalityError` for the first pair where it is not."""
     idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
-    _raise_first("jacobian", jacobian_map(model, idx, embedding, seed), 0.0)
+    _raise_first("jacobian", _checked_jacobian_map(model, idx, embedding, seed), 0.0)
 
 
-def find_leaks(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: int = 16, seed: int = 0
-               ) -> dict[str, tuple[int, int] | None]:
-    """What each test finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``."""
+def find_leaks(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: int = 16, seed: int = 0,
+               embedding: nn.Embedding | None = None) -> dict[str, tuple[int, int] | None]:
+    """What each test finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``
+    (``embedding``: the token embedding, for a model that is a plain function)."""
     idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    atol = _check_atol(model, idx, atol)
     return {"prefix": first_leak(dependence_map(model, idx, seed), atol),
             "cut": first_leak(cut_map(model, idx), atol),
-            "jacobian": first_leak(jacobian_map(model, idx, seed=seed), 0.0)}
+            "jacobian": first_leak(_checked_jacobian_map(model, idx, embedding, seed), 0.0)}

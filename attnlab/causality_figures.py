@@ -21,6 +21,7 @@ from matplotlib.patches import Rectangle
 
 from .causality import TESTS, cut_map, dependence_map, first_leak, jacobian_map
 from .i18n import tr
+from .inputs import describe
 from .plotting import BLOCKED_GREY, LEAK_EDGE, figure_png
 from .widgets import image_frame, nested_stack, toggle
 
@@ -139,6 +140,8 @@ class CausalityExplorer(widgets.VBox):
     """
 
     def __init__(self, models: Mapping[str, object], idx: torch.Tensor):
+        if not isinstance(models, Mapping) or not models:
+            raise ValueError(tr("ch5.explorer_models", got=describe(models)))
         self.labels = list(models)
         self.maps = {label: {test: MAP_FUNCTIONS[test](model, idx) for test in TESTS}
                      for label, model in models.items()}

@@ -22,6 +22,7 @@ differently, each off by default: fewer key/value heads than query heads
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -274,17 +275,16 @@ class GPT(nn.Module):
         logits = self.head(self.hidden_states(idx, cache))  # [B, T, V]
         loss = None
         if targets is not None:
+            if (not isinstance(targets, torch.Tensor) or targets.dtype != torch.long
+                    or targets.shape != idx.shape):
+                got = f"{describe(targets)} {targets.dtype}" if isinstance(targets, torch.Tensor) else describe(targets)
+                raise ValueError(tr("error.gpt_targets", shape=tuple(idx.shape), got=got))
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         return logits, loss
 
     def hidden_states(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """tokens [B, T] -> the final normalized hidden states [B, T, D] (what the head reads)."""
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
-            got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
-            raise ValueError(tr("error.gpt_idx", got=got))
-        if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
-            raise ValueError(tr("error.gpt_token_range", high=self.config.vocab_size - 1,
-                                low_got=idx.min().item(), high_got=idx.max().item()))
+        self.check_idx(idx)
         B, T = idx.shape
         if cache is not None:
             if not hasattr(cache, "check_fits"):
@@ -305,6 +305,15 @@ class GPT(nn.Module):
             cache.advance(T)
         return self.norm_f(x)  # [B, T, D]
 
+    def check_idx(self, idx: torch.Tensor) -> None:
+        """A clear error unless ``idx`` is a [B, T] long tensor of ids in 0..V-1."""
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
+            got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
+            raise ValueError(tr("error.gpt_idx", got=got))
+        if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
+            raise ValueError(tr("error.gpt_token_range", high=self.config.vocab_size - 1,
+                                low_got=int(idx.min()), high_got=int(idx.max())))
+
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
                  temperature: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -317,7 +326,12 @@ class GPT(nn.Module):
         """
         if not self.config.causal and use_cache:
             raise ValueError(tr("error.cache_bidirectional"))
+        self.check_idx(idx)
+        if idx.size(1) == 0:
+            raise ValueError(tr("error.empty_prompt"))
         max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=0)
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
+            raise ValueError(tr("error.temperature", got=describe(temperature)))
         T_total = idx.size(1) + max_new_tokens
         if T_total > self.config.block_size:
             raise ValueError(tr("error.block_size", first=0, last=T_total - 1, block_size=self.config.block_size))

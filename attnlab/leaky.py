@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gpt import GPT, GPTConfig, KVCache, SelfAttention
+from .i18n import tr
+from .inputs import describe
 
 VARIANTS = ("no_mask", "time_norm", "label_in_input", "lookahead_conv", "merge_without_transpose",
             "positions_from_end")
@@ -129,7 +131,9 @@ def leaky_gpt(name: str, model: GPT | GPTConfig) -> nn.Module:
     Pass a :class:`GPTConfig` instead of a model to start from fresh weights.
     """
     if name not in VARIANTS:
-        raise ValueError(f"unknown leaky variant {name!r}; choose one of {', '.join(VARIANTS)}")
+        raise ValueError(tr("ch5.unknown_variant", got=repr(name), variants=", ".join(VARIANTS)))
+    if not isinstance(model, (GPT, GPTConfig)):
+        raise TypeError(tr("ch5.variant_model", got=describe(model)))
     model = GPT(model) if isinstance(model, GPTConfig) else copy.deepcopy(model)
     config = model.config
     if name == "no_mask":
@@ -158,7 +162,7 @@ def leaky_gpt(name: str, model: GPT | GPTConfig) -> nn.Module:
         return model
     # positions_from_end
     if model.position_embedding is None:
-        raise ValueError("positions_from_end needs learned position embeddings (positions='learned'), not RoPE")
+        raise ValueError(tr("ch5.variant_rope"))
     positions = PositionsFromEnd(config.block_size, config.n_embd)
     positions.weight = model.position_embedding.weight
     model.position_embedding = positions

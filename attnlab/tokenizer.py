@@ -36,14 +36,19 @@ class CharTokenizer:
 
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
-            raise TypeError(f"encode takes a str, not {type(text).__name__}")
+            from .i18n import tr
+            from .inputs import describe
+
+            raise TypeError(tr("error.encode_text", got=describe(text)))
         return [self.ids.get(c, 0) for c in text]
 
     def decode(self, ids) -> str:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
-            raise ValueError(f"token ids must lie in 0..{self.vocab_size - 1}; got {bad[:5]}")
+            from .i18n import tr
+
+            raise ValueError(tr("error.decode_ids", high=self.vocab_size - 1, bad=bad[:5]))
         return "".join(self.chars[i] for i in ids)
 
 
@@ -51,7 +56,9 @@ class CharTokenizer:
 def corpus(lang: str) -> str:
     """The course's own prose in ``lang`` (chapters 1 to 3), the small GPT's training text."""
     if lang not in LANGUAGES:
-        raise ValueError(f"lang must be one of {LANGUAGES}, not {lang!r}")
+        from .i18n import tr
+
+        raise ValueError(tr("error.corpus_lang", langs=", ".join(LANGUAGES), got=repr(lang)))
     return resources.files("attnlab").joinpath("data", f"corpus.{lang}.txt").read_text("utf-8")
 
 

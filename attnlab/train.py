@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from .gpt import GPT
+from .i18n import tr
+from .inputs import describe, whole_number
 
 
 def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
@@ -22,8 +24,12 @@ def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
     Returns inputs x = tokens 0..T-1 and targets y = tokens 1..T of each
     window, both [B, T]: y is x shifted left by one (teacher forcing).
     """
-    if data.dim() != 1 or data.numel() <= block_size:
-        raise ValueError(f"data must be a 1-D token tensor longer than block_size={block_size}")
+    block_size = whole_number("block_size", block_size, low=1)
+    batch_size = whole_number("batch_size", batch_size, low=1)
+    if (not isinstance(data, torch.Tensor) or data.dim() != 1 or data.dtype != torch.long
+            or data.numel() <= block_size):
+        got = f"{describe(data)} {data.dtype}" if isinstance(data, torch.Tensor) else describe(data)
+        raise ValueError(tr("error.token_stream", block_size=block_size, got=got))
     starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=generator)
     windows = torch.stack([data[s:s + block_size + 1] for s in starts.tolist()])  # [B, T+1]
     return windows[:, :-1], windows[:, 1:]
@@ -36,6 +42,7 @@ def train(model: GPT, data: torch.Tensor, steps: int, batch_size: int = 16, bloc
     ``num_threads`` CPU threads during training (then torch's setting is
     restored); ``None`` keeps torch's setting.
     """
+    steps = whole_number("steps", steps, low=0)
     previous = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)

@@ -183,3 +183,55 @@ def test_the_tests_taught_in_chapter_5_compute_what_the_package_computes(model, 
         assert torch.equal(namespace["dependence_map"](leaky, idx), causality.dependence_map(leaky, idx))
         assert torch.equal(namespace["cut_map"](leaky, idx).nan_to_num(), causality.cut_map(leaky, idx).nan_to_num())
         assert torch.equal(namespace["jacobian_map"](leaky, idx), causality.jacobian_map(leaky, idx))
+
+
+def test_bad_input_gets_a_clear_message_in_the_readers_language(model, idx):
+    from attnlab import setup
+    from attnlab.causality_figures import causality_explorer
+
+    cases = [  # (exception, call, English words, German words)
+        (ValueError, lambda: assert_causal(model, [1, 2, 3]), ["ONE sequence of token ids"], ["EINE Sequenz"]),
+        (TypeError, lambda: assert_causal("model", idx), ["the causality tests need a model", "'model'"],
+         ["brauchen ein Modell"]),
+        (ValueError, lambda: assert_causal(lambda ids: ids.float(), idx), ["must return float logits [B, T, V]"],
+         ["Gleitkomma-Logits [B, T, V]"]),
+        (TypeError, lambda: assert_causal_jacobian(model, idx, embedding="emb"), ["embedding must be the nn.Module"],
+         ["embedding muss das nn.Module sein"]),
+        (ValueError, lambda: assert_causal(model, idx, atol=-1), ["atol must be a number >= 0"], ["atol muss"]),
+        (ValueError, lambda: assert_causal_jacobian(model, idx, embedding=nn.Embedding(50, 32)),
+         ["the model's outputs do not depend on it"], ["hängen nicht davon ab"]),
+        (ValueError, lambda: assert_causal(GPT(model.config).to(torch.bfloat16), idx),
+         ["computes in torch.bfloat16", "float32 copy"], ["rechnet in torch.bfloat16"]),
+        (ValueError, lambda: leaky_gpt("nope", model), ["unknown leaky variant 'nope'"], ["unbekannte undichte"]),
+        (TypeError, lambda: leaky_gpt("no_mask", "model"), ["pass a GPT or a GPTConfig"], ["Übergib ein GPT"]),
+        (ValueError, lambda: causality_explorer({}, idx), ["non-empty dict"], ["nicht leeres dict"]),
+    ]
+    for exception, call, english, german in cases:
+        for lang, words in (("en", english), ("de", german)):
+            setup(lang)
+            try:
+                with pytest.raises(exception) as error:
+                    call()
+            finally:
+                setup("en")
+            for word in words:
+                assert word in str(error.value), (lang, str(error.value))
+
+
+def test_a_plain_function_can_be_tested_as_the_chapter_recommends(model, idx):
+    """``lambda ids: model(preprocess(ids))``: V comes from its logits, the embedding is passed."""
+    from attnlab.leaky import LabelInInput
+
+    model.eval()
+    pipeline = lambda ids: model(LabelInInput.preprocess(ids))  # noqa: E731
+    assert find_leaks(pipeline, idx, embedding=model.token_embedding) == {"prefix": (0, 1), "cut": (0, 1),
+                                                                          "jacobian": None}
+    assert assert_causal(lambda ids: model(ids), idx) < 1e-5
+
+
+def test_a_model_in_training_mode_with_dropout_is_tested_in_eval_mode_and_put_back():
+    model = small(dropout=0.1).train()
+    idx = example_tokens(model)
+    assert assert_causal(model, idx) < 1e-5
+    assert_causal_jacobian(model, idx)
+    assert model.training
