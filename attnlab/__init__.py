@@ -24,11 +24,15 @@ def pick_device() -> torch.device:
 
 
 def setup(lang: str = "en", seed: int = 0) -> None:
-    """Language, fonts, seeds and print options for a chapter notebook."""
+    """Language, fonts, seeds, one CPU thread and print options for a chapter notebook."""
     from .fonts import register_fonts
 
     set_language(lang)
     register_fonts()
+    # One CPU thread: the same float sums on every machine (stored outputs match), and no
+    # waiting for a second thread on a busy machine. The course's models are small enough that
+    # more threads gain little; timing cells and benchmarks choose their threads themselves.
+    torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -2,7 +2,10 @@
 every solution gets full marks, every stub zero, progress over a folder, a hanging cell.
 
 Kept apart from test_grader.py so that pytest-xdist (--dist loadfile) runs the two
-files on different workers.
+files on different workers. Every notebook here costs a kernel start, so the stubs run
+in every language for English and for one exercise in German and Chinese (the stubs of
+one exercise share their code across languages; only the TODO texts differ), and the
+progress test grades a folder of three notebooks.
 """
 
 import json
@@ -41,7 +44,7 @@ def test_command_line_gives_every_solution_full_marks_and_writes_json(tmp_path):
 
 @pytest.mark.parametrize("lang", i18n.LANGUAGES)
 def test_every_stub_scores_zero_without_crashing(tmp_path, lang):
-    for exercise in EXERCISES:
+    for exercise in EXERCISES if lang == "en" else EXERCISES[:1]:
         graded = grader.grade_notebook(ROOT / "exercises" / lang / f"{exercise}.ipynb")
         assert graded["language"] == lang and graded["points"] == 0 and graded["total"] > 0
         for result in graded["tasks"].values():
@@ -58,7 +61,9 @@ def solve(nb, solution, task_cells):
 
 def test_progress_over_a_folder_with_a_few_tasks_solved(tmp_path):
     folder = tmp_path / "exercises" / "de"
-    shutil.copytree(ROOT / "exercises" / "de", folder)
+    folder.mkdir(parents=True)
+    for exercise in EXERCISES[:3]:
+        shutil.copy(ROOT / "exercises" / "de" / f"{exercise}.ipynb", folder)
     nb = nbformat.read(folder / "01-causal-mask.ipynb", as_version=4)
     solution = nbformat.read(ROOT / "solutions" / "de" / "01-causal-mask.ipynb", as_version=4)
     definitions = [c.id for c in nb.cells if c.cell_type == "code" and c.source.startswith("def ")]
@@ -69,7 +74,7 @@ def test_progress_over_a_folder_with_a_few_tasks_solved(tmp_path):
     assert "01-causal-mask: 8/18 Punkte" in out
     assert "✓ kausale Maske: 4/4" in out and "✗ Masken-Konventionen: 0/6" in out
     assert "02-multi-head-attention: 0/12 Punkte" in out
-    total = sum(len(task.make_cases()) for task in all_tasks().values())
+    total = sum(len(task.make_cases()) for task in all_tasks().values() if task.exercise in EXERCISES[:3])
     assert out.strip().endswith(f"Gesamt: 8/{total} Punkte")
     assert (folder / "progress.json").exists() and (folder / "01-causal-mask.grade.txt").exists()
 
