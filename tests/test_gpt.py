@@ -139,9 +139,9 @@ CACHE_CASES = [  # (exception, call, English words, German words)
      ["länger als block_size = 16"]),
     (TypeError, lambda: train(GPT(CONFIG), torch.arange(40), steps=2.5), ["steps must be a whole number"],
      ["ganze Zahl"]),
-    (TypeError, lambda: course_tokenizer().encode(5), ["encode takes a string"], ["encode nimmt eine Zeichenkette"]),
+    (TypeError, lambda: course_tokenizer().encode(5), ["encode takes a string"], ["encode erwartet eine Zeichenkette"]),
     (ValueError, lambda: course_tokenizer().decode([10**6]), ["token ids must lie in"], ["Token-IDs müssen zwischen"]),
-    (ValueError, lambda: corpus("fr"), ["lang must be one of en, de, zh"], ["lang muss eine von"]),
+    (ValueError, lambda: corpus("fr"), ["lang must be one of en, de, zh"], ["lang muss einer dieser Werte sein"]),
 ]
 
 
