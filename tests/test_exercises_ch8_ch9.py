@@ -68,7 +68,11 @@ def test_a_stub_scores_zero_and_a_fixed_answer_fails(task_id):
 
 
 def test_the_mutants_of_one_case_never_share_an_output():
-    """Each wrong answer has one name: no two mutants give the same output on a case where they are wrong."""
+    """Each wrong answer has one name: no two mutants give the same output on a case where they are wrong.
+    One exception: in the balanced layouts (striped, zigzag) the tiles fully in the past are as many as
+    the skipped ones, so counting either gives the same table; the contiguous cases tell them apart. And
+    from the empty state (the fold's last case) acc / l is the block's softmax @ v: dividing the block or
+    the whole sum by its weight is the same mistake there; the other cases tell them apart."""
     for task_id, task in TASKS.items():
         for case in task.make_cases():
             reference = task.run(task.reference, case)
@@ -80,6 +84,10 @@ def test_the_mutants_of_one_case_never_share_an_output():
             names = list(outputs)
             for n, a in enumerate(names):
                 for b in names[n + 1:]:
+                    if {a, b} == {"counts_skipped", "full_tiles_only"} and "contiguous" not in case.label:
+                        continue
+                    if {a, b} == {"normalized_block", "normalized_acc"} and bool(case.args[0].isinf().all()):
+                        continue
                     assert not grader.same_output(outputs[a], outputs[b]), (task_id, case.label, a, b)
 
 
@@ -142,3 +150,12 @@ def test_the_worked_example_of_the_fold():
 def test_a_list_of_lists_is_accepted_where_a_tensor_is_asked_and_the_other_way_round():
     assert grader.grade("ch9.shard_positions", lambda T, P, layout: ch9.shard_positions(T, P, layout).tolist()).passed
     assert grader.grade("ch9.tiles_per_step", lambda *args: torch.tensor(ch9.tiles_per_step(*args))).passed
+
+
+def test_any_integer_dtype_or_numpy_array_is_accepted_for_positions_and_tile_counts():
+    np = pytest.importorskip("numpy")
+    assert grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).int()).passed
+    assert grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).numpy()).passed
+    assert grader.grade("ch9.tiles_per_step", lambda *args: np.array(ch9.tiles_per_step(*args))).passed
+    floats = grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).float())
+    assert floats.points == 0 and keys(floats) == {"grader.dtype"}

@@ -101,6 +101,8 @@ NEXT_TOKEN_LOSS = Task(
             logits[:, :-1].flatten(0, 1), targets[:, 1:].flatten()),
         "misaligned_flatten": lambda logits, targets: F.cross_entropy(
             logits.reshape(-1, logits.size(-1)), targets.t().reshape(-1)),
+        "misaligned_flatten_logits": lambda logits, targets: F.cross_entropy(
+            logits.transpose(0, 1).reshape(-1, logits.size(-1)), targets.reshape(-1)),
         "softmax_twice": lambda logits, targets: F.cross_entropy(
             logits.softmax(dim=-1).flatten(0, 1), targets.flatten()),
         "softmax_over_time": lambda logits, targets: -logits.log_softmax(dim=1).gather(
@@ -189,7 +191,8 @@ def _generate_mutant(position=-1, feed="all", crop="end", keep_prompt=True):
         block_size = model.config.block_size
         for _ in range(n_new):
             context = {"all": idx, "newest": idx[:, -1:], "prompt": prompt}[feed]
-            context = context[:, -block_size:] if crop == "end" else context[:, :block_size]
+            context = {"end": context[:, -block_size:], "start": context[:, :block_size],
+                       "one_short": context[:, -(block_size - 1):]}[crop]
             next_id = model(context)[0][:, position].argmax(dim=-1, keepdim=True)
             idx = torch.cat([idx, next_id], dim=1)
         return idx if keep_prompt else idx[:, prompt.size(1):]
@@ -245,6 +248,7 @@ GREEDY_GENERATE = Task(
         "newest_token_only": _generate_mutant(feed="newest"),
         "prompt_only": _generate_mutant(feed="prompt"),
         "crop_keeps_start": _generate_mutant(crop="start"),
+        "crop_one_short": _generate_mutant(crop="one_short"),
         "new_tokens_only": _generate_mutant(keep_prompt=False),
     },
     alternatives=[_nanogpt_style, _preallocated, _cache_while_it_fits, _python_lists],

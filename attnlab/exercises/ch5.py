@@ -20,7 +20,7 @@ EXERCISE = "05-is-my-model-causal"
 ATOL = 1e-4  # the leaks of the case models are above 1e-2, their rounding noise below 1e-5
 
 MODELS = [  # (variant, T, V, D, H); "dropout": a causal GPT with dropout 0.2, handed over in training mode.
-    # The notebook's examples use T=16.
+    # The notebook's example uses T=8.
     ("causal", 9, 29, 24, 3), ("no_mask", 7, 17, 16, 2), ("time_norm", 12, 23, 16, 4),
     ("label_in_input", 11, 31, 32, 4), ("lookahead_conv", 10, 19, 16, 2), ("merge_without_transpose", 13, 26, 24, 4),
     ("positions_from_end", 9, 21, 16, 2), ("dropout", 10, 25, 16, 2),
@@ -33,7 +33,10 @@ def model_cases(generator):
     for variant, T, V, D, H in MODELS:
         config = GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=H, n_embd=D)
         state = {k: v.to(device) for k, v in random_gpt_state(config, generator).items()}
-        idx = torch.randint(0, V, (1, T), generator=generator).to(device)
+        idx = torch.randint(0, V, (1, T), generator=generator)
+        if variant == "no_mask":  # token 0 in the middle: a test that always writes token 0 changes nothing there
+            idx[0, T // 2] = 0
+        idx = idx.to(device)
         cases.append(Case((variant, config, state, idx), {"atol": ATOL}, label=f"{variant}, T={T}, V={V}"))
     return cases
 
@@ -74,11 +77,11 @@ def prefix_leaks(model, idx, atol=ATOL):
     return (change > atol) & _future(T, idx.device)
 
 
-def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=False):
+def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=False, new_token="next"):
     def leaks(model, idx, atol=ATOL):
         T, V = idx.size(1), vocab_size_of(model)
         changed = idx.repeat(T, 1)
-        changed[torch.arange(T), torch.arange(T)] = (idx[0] + 1) % V
+        changed[torch.arange(T), torch.arange(T)] = (idx[0] + 1) % V if new_token == "next" else 0
         if not train_mode:
             model.eval()
         base, moved = logits_of(model, idx), logits_of(model, changed)  # [1, T, V], [T, T, V]
@@ -89,7 +92,7 @@ def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=
         if transpose:
             change = change.T
         ones = torch.ones(T, T, dtype=torch.bool, device=idx.device)
-        region = {"future": ones.triu(diagonal=1), "with_diagonal": ones.triu(), "past": ones.tril(),
+        region = {"future": ones.triu(diagonal=1), "with_diagonal": ones.triu(), "past": ones.tril(), "past_strict": ones.tril(diagonal=-1),
                   "previous": ones.triu(diagonal=1) & ~ones.triu(diagonal=2)}[keep]
         return (change > atol) & region
 
@@ -141,6 +144,8 @@ PREFIX_LEAKS = Task(
         "no_eval": _prefix_mutant(train_mode=True),
         "with_diagonal": _prefix_mutant(keep="with_diagonal"),
         "wrong_triangle": _prefix_mutant(keep="past"),
+        "wrong_triangle_strict": _prefix_mutant(keep="past_strict"),
+        "same_token": _prefix_mutant(new_token="zero"),
         "transposed": _prefix_mutant(transpose=True),
         "previous_position_only": _prefix_mutant(keep="previous"),
         "argmax_only": _prefix_mutant(compare="argmax"),
@@ -183,6 +188,8 @@ def _cut_mutant(train_mode=False, cut="before_s", rows="all", transpose=False):
             moved = (part - full[:, :s]).abs().amax(dim=-1)[0] > atol  # [s]
             if rows == "last":
                 out[s - 1, s] = moved[-1]
+            elif rows == "column_before":
+                out[:s, s - 1] = moved
             else:
                 out[:s, s] = moved
         return out.T if transpose else out
@@ -229,6 +236,7 @@ CUT_LEAKS = Task(
         "keeps_token_s": _cut_mutant(cut="after_s"),
         "pads_instead_of_cutting": _cut_mutant(cut="pad"),
         "last_output_only": _cut_mutant(rows="last"),
+        "column_of_last_kept": _cut_mutant(rows="column_before"),
         "transposed": _cut_mutant(transpose=True),
     },
     alternatives=[_cut_list, _course_cut_map, _cut_shortest_first],

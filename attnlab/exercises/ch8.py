@@ -269,12 +269,26 @@ def _index_select(q, k, v):
     return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v
 
 
+def _gqa_by_hand(scale=True, softmax_dim=-1):
+    def attend(q, k, v):
+        G = q.size(1) // k.size(1)
+        k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
+        T = q.size(-2)
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale else 1.0)
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        return scores.masked_fill(future, float("-inf")).softmax(dim=softmax_dim) @ v
+
+    return attend
+
+
 GQA_ATTENTION = Task(
     id="ch8.gqa_attention", exercise=EXERCISE, reference=gqa_attention, cases=gqa_cases,
     mutants={
         "tiled": _gqa_mutant(repeat="tile"),
         "first_head_only": _gqa_mutant(repeat="first_head"),
         "not_causal": _gqa_mutant(causal=False),
+        "unscaled": _gqa_by_hand(scale=False),
+        "softmax_over_queries": _gqa_by_hand(softmax_dim=-2),
     },
     alternatives=[
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),

@@ -41,13 +41,17 @@ def layout_cases(generator):
 
 
 def _as_tensor(fn, *args):
-    """Accept a list of lists as well as a tensor: the positions are what is graded."""
+    """Accept a list of lists, a NumPy array and any integer dtype as well as an int64 tensor:
+    the positions are what is graded."""
     got = fn(*args)
-    if isinstance(got, (list, tuple)):
+    if isinstance(got, (list, tuple)) or type(got).__module__ == "numpy":
         try:
-            return torch.tensor(got, dtype=torch.long)
+            got = torch.as_tensor(got) if type(got).__module__ == "numpy" else torch.tensor(got)
         except (TypeError, ValueError, RuntimeError):
             return got
+    if isinstance(got, torch.Tensor) and not got.is_floating_point() and not got.is_complex() \
+            and got.dtype != torch.bool:
+        return got.long()
     return got
 
 
@@ -62,6 +66,8 @@ def _layout_mutant(zigzag="mirror", striped="transpose", ignore_layout=False):
         chunks = tokens.view(2 * P, T // (2 * P))
         if zigzag == "consecutive":
             return torch.cat([chunks[:P], chunks[P:]], dim=1)  # chunk r and chunk P + r
+        if zigzag == "late_first":
+            return torch.cat([chunks.flip(0)[:P], chunks[:P]], dim=1)  # chunk 2P-1-r before chunk r
         if zigzag == "reversed":
             return torch.cat([chunks[:P], tokens.flip(0).view(2 * P, T // (2 * P))[:P]], dim=1)
         return torch.cat([chunks[:P], chunks.flip(0)[:P]], dim=1)
@@ -99,6 +105,7 @@ SHARD_POSITIONS = Task(
     mutants={
         "zigzag_consecutive": _layout_mutant(zigzag="consecutive"),
         "zigzag_reversed": _layout_mutant(zigzag="reversed"),
+        "zigzag_late_first": _layout_mutant(zigzag="late_first"),
         "striped_off_by_one": _layout_mutant(striped="off_by_one"),
         "layout_ignored": _layout_mutant(ignore_layout=True),
     },
@@ -146,12 +153,16 @@ def tile_cases(generator):
 
 
 def _as_lists(fn, *args):
-    """Accept a tensor as well as a list of lists."""
+    """Accept a tensor or a NumPy array as well as a list of lists."""
     got = fn(*args)
-    return got.tolist() if isinstance(got, torch.Tensor) and got.dim() == 2 else got
+    if isinstance(got, torch.Tensor) and got.dim() == 2:
+        return got.tolist()
+    if type(got).__module__ == "numpy" and getattr(got, "ndim", 0) == 2:
+        return got.tolist()
+    return got
 
 
-def _tiles_mutant(direction=-1, local=False, causal=True, count="computed"):
+def _tiles_mutant(direction=-1, local=False, causal=True, count="computed", rule="first_key", transpose=False):
     def tiles(T, P, layout, block):
         positions = shard_positions(T, P, layout)
         S = T // P
@@ -167,13 +178,15 @@ def _tiles_mutant(direction=-1, local=False, causal=True, count="computed"):
                     q = positions[rank, q0:q0 + block]
                     for k0 in range(0, S, block):
                         k = positions[source, k0:k0 + block]
-                        if not causal or k[0] <= q[-1]:
+                        visible = {"first_key": k[0] <= q[-1], "strict": k[0] < q[-1],
+                                   "full_only": k[-1] <= q[0]}[rule]
+                        if not causal or visible:
                             computed += 1
                         else:
                             skipped += 1
                 row.append(computed if count == "computed" else skipped)
             table.append(row)
-        return table
+        return [list(r) for r in zip(*table)] if transpose else table
 
     return tiles
 
@@ -216,6 +229,9 @@ TILES_PER_STEP = Task(
         "local_indices": _tiles_mutant(local=True),
         "no_mask": _tiles_mutant(causal=False),
         "counts_skipped": _tiles_mutant(count="skipped"),
+        "strict_comparison": _tiles_mutant(rule="strict"),
+        "full_tiles_only": _tiles_mutant(rule="full_only"),
+        "transposed": _tiles_mutant(transpose=True),
     },
     alternatives=[
         lambda T, P, layout, block: expected_tiles(T, P, layout, block),
@@ -279,6 +295,11 @@ def _fold_mutant(kind):
             return m_new, l * correction + p.sum(dim=-1), acc + p @ v
         if kind == "nothing_rescaled":
             return m_new, l + p.sum(dim=-1), acc + p @ v
+        if kind == "normalized_acc":
+            l_new = l * correction + p.sum(dim=-1)
+            return m_new, l_new, (acc * correction[..., None] + p @ v) / l_new[..., None]
+        if kind == "old_max":
+            return m, l * correction + p.sum(dim=-1), acc * correction[..., None] + p @ v
         if kind == "normalized_block":
             return m_new, l * correction + p.sum(dim=-1), acc * correction[..., None] + scores.softmax(-1) @ v
         return m_new, l * correction + p.sum(dim=-1), acc * correction[..., None] + p @ v
@@ -320,6 +341,8 @@ FOLD_BLOCK = Task(
         "block_max_only": _fold_mutant("block_max_only"),
         "no_max": _fold_mutant("no_max"),
         "normalized_block": _fold_mutant("normalized_block"),
+        "normalized_acc": _fold_mutant("normalized_acc"),
+        "old_max": _fold_mutant("old_max"),
     },
     alternatives=[_course_state, _concatenated, _logsumexp],
 )
