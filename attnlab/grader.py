@@ -603,7 +603,16 @@ def grade_notebook(path, cell_timeout: int = 120) -> dict:
             client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                                     interrupt_on_timeout=True, record_timing=False,
                                     resources={"metadata": {"path": str(path.parent)}})
-            client.execute()
+            # The kernel's own log (e.g. ipykernel's warning about TCP without encryption) goes to a
+            # file, not to the learner's terminal; it is shown only when the run itself fails.
+            kernel_log = pathlib.Path(tmp) / "kernel.log"
+            with kernel_log.open("w") as log:
+                try:
+                    client.execute(stderr=log)
+                except Exception:
+                    log.flush()
+                    sys.stderr.write(kernel_log.read_text(errors="replace")[-4000:])
+                    raise
         finally:
             if previous is None:
                 os.environ.pop(LOG_ENV, None)

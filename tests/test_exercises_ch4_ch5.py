@@ -21,59 +21,6 @@ def keys(result):
     return {f.problem.key for f in result.failures}
 
 
-@pytest.mark.parametrize("task_id", OURS)
-def test_reference_full_marks_stub_zero_and_every_mutant_named_in_three_languages(task_id):
-    task = TASKS[task_id]
-    assert grader.grade(task_id, task.reference).passed
-    for alternative in task.alternatives:
-        assert grader.grade(task_id, alternative).passed
-    for name, mutant in task.mutants.items():
-        result = grader.grade(task_id, mutant)
-        key = f"grader.mutant.{task_id}.{name}"
-        assert result.points < result.total and key in keys(result), (name, result.text())
-        for lang in i18n.LANGUAGES:
-            assert i18n.tr(key, lang=lang) in result.text(lang)
-
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    result = grader.grade(task_id, stub)
-    assert result.points == 0 and keys(result) == {"grader.not_implemented"}
-
-
-@pytest.mark.parametrize("task_id", OURS)
-def test_a_hard_coded_answer_fails(task_id):
-    """The answer of the first case, returned for every case, scores at most that one case."""
-    task = TASKS[task_id]
-    first = task.make_cases()[0]
-    answer = task.run(task.reference, first)
-    result = grader.grade(task_id, lambda *args, **kwargs: answer)
-    assert result.points <= 2 and not result.passed  # several causal models share the all-False map
-
-
-def test_the_mutants_of_one_case_never_share_an_output():
-    """Each wrong answer has one name. Two exceptions: on the dropout model, forgetting eval mode and
-    transposing the map both mark every pair above the diagonal; with B=2 the two ways of flattening
-    logits and targets in different orders can pair the same positions (both messages say so)."""
-    for task_id in OURS:
-        task = TASKS[task_id]
-        for case in task.make_cases():
-            reference = task.run(task.reference, case)
-            outputs = {}
-            for name, mutant in task.mutants.items():
-                out = task.run(mutant, case)
-                if not grader.same_output(out, reference):
-                    outputs[name] = out
-            names = list(outputs)
-            for n, a in enumerate(names):
-                for b in names[n + 1:]:
-                    if case.args[0] == "dropout" and {a, b} == {"no_eval", "transposed"}:
-                        continue
-                    if {a, b} == {"misaligned_flatten", "misaligned_flatten_logits"}:
-                        continue
-                    assert not grader.same_output(outputs[a], outputs[b]), (task_id, case.label, a, b)
-
-
 def test_greedy_reference_equals_the_course_generate_while_it_fits_and_argmaxes_are_clear():
     for case in TASKS["ch4.greedy_generate"].make_cases():
         config, state, prompt, n_new = case.args

@@ -82,6 +82,68 @@ def test_every_mutant_loses_points_with_its_own_message_in_every_language(task_i
                        points=result.points, total=result.total) in text
 
 
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_a_stub_scores_zero_and_a_hard_coded_answer_fails(task_id):
+    """The answer of the first case, returned for every case, scores at most two cases (several
+    causal models of exercise 5 share the all-False map)."""
+    def stub(*args, **kwargs):
+        raise NotImplementedError("your turn")
+
+    result = grader.grade(task_id, stub)
+    assert result.points == 0 and keys(result) == {"grader.not_implemented"}
+    task = TASKS[task_id]
+    first = task.run(task.reference, task.make_cases()[0])
+    fixed = grader.grade(task_id, lambda *args, **kwargs: first)
+    assert fixed.points <= 2 and not fixed.passed, fixed.text()
+
+
+# Where two mistakes give the same output on a case, one message stands for both there; each
+# pair is told apart by the task's other cases (and the two messages say so where it matters).
+COINCIDENCES = {
+    # with T=1 the only entry is the diagonal: blocking it and inverting the mask both give [[False]]
+    ("ch1.causal_mask", frozenset({"diagonal", "inverted"})): lambda case: case.args[0] == 1,
+    # with T == H, [B, T, H, d] and a view of it as [B, H, T, d] have the same shape and values
+    ("ch2.split_heads", frozenset({"no_transpose", "heads_after_time"})): lambda case: "T=6" in case.label
+        and "H=6" in case.label,
+    # with T < block the only tile is the ragged diagonal one: dropping it or counting only full tiles gives 0
+    ("ch3.score_flops", frozenset({"drops_ragged", "only_full"})): lambda case: case.label.startswith("T=5, block=8"),
+    # on the dropout model, forgetting eval mode and transposing the map both mark every pair above
+    # the diagonal
+    ("ch5.prefix_leaks", frozenset({"no_eval", "transposed"})): lambda case: case.args[0] == "dropout",
+    ("ch5.cut_leaks", frozenset({"no_eval", "transposed"})): lambda case: case.args[0] == "dropout",
+    # with B=2 the two ways of flattening logits and targets in different orders pair the same positions
+    ("ch4.next_token_loss", frozenset({"misaligned_flatten", "misaligned_flatten_logits"})): lambda case: True,
+    # in the balanced layouts the tiles fully in the past are as many as the skipped ones
+    ("ch9.tiles_per_step", frozenset({"counts_skipped", "full_tiles_only"})):
+        lambda case: "contiguous" not in case.label,
+    # from the empty state, acc / l is the block's softmax @ v: dividing the block or the sum is the same
+    ("ch9.fold_block", frozenset({"normalized_block", "normalized_acc"})):
+        lambda case: bool(case.args[0].isinf().all()),
+}
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_no_two_mutants_share_an_output_on_a_case_where_they_are_wrong(task_id):
+    """Each wrong answer has one name, except for the documented coincidences above."""
+    task = TASKS[task_id]
+    for case in task.make_cases():
+        if case.judge is not None:
+            continue
+        reference = task.run(task.reference, case)
+        outputs = {}
+        for name, mutant in task.mutants.items():
+            out = task.run(mutant, case)
+            if not grader.same_output(out, reference):
+                outputs[name] = out
+        names = list(outputs)
+        for n, a in enumerate(names):
+            for b in names[n + 1:]:
+                allowed = COINCIDENCES.get((task_id, frozenset({a, b})))
+                if allowed is not None and allowed(case):
+                    continue
+                assert not grader.same_output(outputs[a], outputs[b]), (task_id, case.label, a, b)
+
+
 def test_mistakes_are_named_only_when_they_are_mistakes():
     """A mutant that happens to be right on a case (no future at T=1) does not lose that case."""
     result = grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].mutants["no_mask"])
