@@ -13,6 +13,8 @@ import json
 from functools import lru_cache
 from importlib import resources
 
+from .i18n import tr
+
 
 @lru_cache(maxsize=1)
 def measured() -> dict:
@@ -26,4 +28,5 @@ def machine_line() -> str:
     """One line naming the machine the committed numbers come from."""
     m = measured()["machine"]
     gpu = f", {m['gpu']}" if m.get("gpu") else ""
-    return f"{m['cpu']}{gpu}, {m['cores']} cores, torch {m['torch']}, {m['device']}, {measured()['date']}"
+    return tr("bench.machine", cpu=f"{m['cpu']}{gpu}", cores=m["cores"], torch=m["torch"], device=m["device"],
+              date=measured()["date"])
