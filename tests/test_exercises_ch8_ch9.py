@@ -13,6 +13,7 @@ from attnlab.blocked import finish_states, start_states, attend_tiles
 from attnlab.exercises import all_tasks, ch8, ch9
 from attnlab.mask_builder import and_masks, batch_mask, keep_from_lengths, mask_mod, padding_mod
 from attnlab.ring import expected_tiles
+from attnlab.rope import apply_rope
 
 TASKS = {task_id: task for task_id, task in all_tasks().items() if task_id.startswith(("ch8.", "ch9."))}
 
@@ -21,9 +22,9 @@ def keys(result):
     return {f.problem.key for f in result.failures}
 
 
-def test_seven_tasks_in_two_exercises_with_titles_and_messages():
+def test_eight_tasks_in_two_exercises_with_titles_and_messages():
     assert list(TASKS) == ["ch8.padded_causal_mask", "ch8.document_mask", "ch8.sliding_window_mask",
-                           "ch8.gqa_attention", "ch9.shard_positions", "ch9.tiles_per_step", "ch9.fold_block"]
+                           "ch8.gqa_attention", "ch8.rope_decode_step", "ch9.shard_positions", "ch9.tiles_per_step", "ch9.fold_block"]
     assert {task.exercise for task in TASKS.values()} == {"08-masks-in-real-models", "09-ring-attention"}
     catalog = i18n.catalog()
     for task_id, task in TASKS.items():
@@ -47,6 +48,33 @@ def test_gqa_reference_equals_sdpa_enable_gqa_and_mha_when_every_head_has_its_ow
         q, k, v = case.args
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         assert torch.allclose(ch8.gqa_attention(q, k, v), expected, atol=1e-6)
+
+
+def test_rope_decode_step_equals_recomputing_the_whole_sequence():
+    """Rotate all t + T_new positions at once, attend with is_causal=True, keep the last T_new rows."""
+    generator = torch.Generator().manual_seed(0)
+    for B, H, t, T_new, d in [(2, 3, 4, 1, 8), (1, 2, 7, 3, 16), (2, 1, 1, 2, 4)]:
+        q, k, v = torch.randn(3, B, H, t + T_new, d, generator=generator).unbind(0)
+        positions = torch.arange(t + T_new)
+        full = F.scaled_dot_product_attention(apply_rope(q, positions), apply_rope(k, positions), v, is_causal=True)
+        k_cache = apply_rope(k[:, :, :t], positions[:t])
+        out, k_all, v_all = ch8.rope_decode_step(q[:, :, t:], k[:, :, t:], v[:, :, t:], k_cache, v[:, :, :t])
+        assert torch.allclose(out, full[:, :, t:], atol=1e-5)
+        assert torch.allclose(k_all, apply_rope(k, positions), atol=1e-6) and torch.equal(v_all, v)
+
+
+def test_on_every_case_the_rope_reference_equals_recomputation_from_the_unrotated_keys():
+    """The cases' caches hold rotated keys: rotating them back by -p gives the plain keys to recompute from."""
+    for case in TASKS["ch8.rope_decode_step"].make_cases():
+        q_new, k_new, v_new, k_cache, v_cache = case.args
+        t, T_new = k_cache.size(2), q_new.size(2)
+        assert t >= 1 and T_new in (1, 3)
+        positions = torch.arange(t + T_new, device=q_new.device)
+        k = torch.cat([apply_rope(k_cache, -positions[:t]), k_new], dim=2)  # [B, H, t + T_new, d], unrotated
+        q = torch.cat([torch.zeros_like(k_cache), q_new], dim=2)  # the old queries do not matter
+        full = F.scaled_dot_product_attention(apply_rope(q, positions), apply_rope(k, positions),
+                                              torch.cat([v_cache, v_new], dim=2), is_causal=True)
+        assert torch.allclose(ch8.rope_decode_step(*case.args)[0], full[:, :, t:], atol=1e-5)
 
 
 def test_tile_counts_equal_the_chapters_formula_and_the_worked_example():

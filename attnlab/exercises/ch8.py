@@ -1,6 +1,7 @@
 """Exercise 8 (exercises/src/08-masks-in-real-models.md): the causal + key-padding mask of a
-left-padded batch, the packed-document mask, the sliding-window mask, and grouped-query
-attention compared with SDPA's ``enable_gqa``. Masks follow SDPA: True = may attend.
+left-padded batch, the packed-document mask, the sliding-window mask, grouped-query
+attention compared with SDPA's ``enable_gqa``, and a decode step with RoPE and a KV cache.
+Masks follow SDPA: True = may attend.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 
 from ..grader import Case, Task
 from ..mask_builder import and_masks, batch_mask, build_mask, document_mod, mask_mod, padding_mod
+from ..rope import apply_rope, rope_angles
 from . import case_device
 
 EXERCISE = "08-masks-in-real-models"
@@ -298,4 +300,116 @@ GQA_ATTENTION = Task(
     ],
 )
 
-TASKS = [PADDED_CAUSAL_MASK, DOCUMENT_MASK, SLIDING_WINDOW_MASK, GQA_ATTENTION]
+
+# --------------------------------------------------------------------------
+# 5. rope_decode_step(q_new, k_new, v_new, k_cache, v_cache) -> (out, k_cache, v_cache):
+#    q_new, k_new, v_new [B, H, T_new, d] are the unrotated projections of the next T_new tokens;
+#    k_cache [B, H, t, d] holds the keys of positions 0 .. t-1 already rotated, v_cache the values.
+#    Rotate the new query and key by positions t .. t+T_new-1, append, attend causally (lower right).
+
+
+def rope_decode_step(q_new, k_new, v_new, k_cache, v_cache):
+    t, T_new = k_cache.size(2), q_new.size(2)
+    positions = torch.arange(t, t + T_new, device=q_new.device)  # [T_new]: the new tokens' true positions
+    k_cache = torch.cat([k_cache, apply_rope(k_new, positions)], dim=2)  # [B, H, t + T_new, d]
+    v_cache = torch.cat([v_cache, v_new], dim=2)
+    allowed = torch.ones(T_new, t + T_new, dtype=torch.bool, device=q_new.device).tril(diagonal=t)  # lower right
+    out = F.scaled_dot_product_attention(apply_rope(q_new, positions), k_cache, v_cache, attn_mask=allowed)
+    return out, k_cache, v_cache
+
+
+ROPE_SIZES = [(2, 3, 5, 1, 8), (1, 4, 9, 3, 16), (3, 2, 1, 3, 4), (2, 2, 12, 1, 32), (1, 3, 6, 3, 8)]
+# (B, H, t, T_new, d); the notebook shows t=4, T_new=2, d=6
+
+
+def rope_cases(generator):
+    device = case_device()
+    cases = []
+    for B, H, t, T_new, d in ROPE_SIZES:
+        q_new, k_new, v_new = torch.randn(3, B, H, T_new, d, generator=generator).unbind(0)
+        k_old, v_cache = torch.randn(2, B, H, t, d, generator=generator).unbind(0)
+        k_cache = apply_rope(k_old, torch.arange(t))  # [B, H, t, d], stored already rotated
+        args = tuple(x.to(device) for x in (q_new, k_new, v_new, k_cache, v_cache))
+        cases.append(Case(args, label=f"B={B}, H={H}, t={t}, T_new={T_new}, d={d}"))
+    return cases
+
+
+def _rope_mutant(start="cache", rotate_q=True, rotate_k=True, rerotate_cache=False, mask="lower_right"):
+    def step(q_new, k_new, v_new, k_cache, v_cache):
+        t, T_new = k_cache.size(2), q_new.size(2)
+        positions = torch.arange(T_new, device=q_new.device) + (t if start == "cache" else 0)
+        if rerotate_cache:
+            k_cache = apply_rope(k_cache, torch.arange(t, device=q_new.device))
+        k_cache = torch.cat([k_cache, apply_rope(k_new, positions) if rotate_k else k_new], dim=2)
+        v_cache = torch.cat([v_cache, v_new], dim=2)
+        q = apply_rope(q_new, positions) if rotate_q else q_new
+        if mask == "upper_left":
+            out = F.scaled_dot_product_attention(q, k_cache, v_cache, is_causal=True)
+        elif mask == "none":
+            out = F.scaled_dot_product_attention(q, k_cache, v_cache)
+        else:
+            allowed = torch.ones(T_new, t + T_new, dtype=torch.bool, device=q.device).tril(diagonal=t)
+            out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=allowed)
+        return out, k_cache, v_cache
+
+    return step
+
+
+def _rope_by_hand(q_new, k_new, v_new, k_cache, v_cache):
+    """Correct: the rotation from rope_angles, a preallocated cache, index comparisons, a manual softmax."""
+    B, H, t, d = k_cache.shape
+    T_new = q_new.size(2)
+    angles = rope_angles(torch.arange(t, t + T_new, device=q_new.device), d)  # [T_new, d/2]
+    cos, sin = angles.cos(), angles.sin()
+
+    def rotate(x):
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    keys = torch.empty(B, H, t + T_new, d, dtype=k_cache.dtype, device=k_cache.device)
+    values = torch.empty_like(keys)
+    keys[:, :, :t], keys[:, :, t:] = k_cache, rotate(k_new)
+    values[:, :, :t], values[:, :, t:] = v_cache, v_new
+    scores = rotate(q_new) @ keys.transpose(-2, -1) / math.sqrt(d)  # [B, H, T_new, t + T_new]
+    query_pos = torch.arange(t, t + T_new, device=q_new.device)[:, None]
+    key_pos = torch.arange(t + T_new, device=q_new.device)[None, :]
+    weights = scores.masked_fill(key_pos > query_pos, float("-inf")).softmax(dim=-1)
+    return weights @ values, keys, values
+
+
+def _rope_row_positions(q_new, k_new, v_new, k_cache, v_cache):
+    """Correct: positions [B, T_new] per row (as with a padded batch), and a float mask of -inf."""
+    B, t, T_new = q_new.size(0), k_cache.size(2), q_new.size(2)
+    positions = (k_cache.size(2) + torch.arange(T_new, device=q_new.device)).expand(B, T_new)
+    keys = torch.cat([k_cache, apply_rope(k_new, positions)], dim=2)
+    values = torch.cat([v_cache, v_new], dim=2)
+    bias = torch.zeros(T_new, t + T_new, device=q_new.device).masked_fill(
+        torch.ones(T_new, t + T_new, dtype=torch.bool, device=q_new.device).triu(diagonal=t + 1), float("-inf"))
+    return F.scaled_dot_product_attention(apply_rope(q_new, positions), keys, values, attn_mask=bias), keys, values
+
+
+def _rope_one_query_at_a_time(q_new, k_new, v_new, k_cache, v_cache):
+    """Correct: decode the new tokens one by one, each query reading the cache up to itself."""
+    outs = []
+    for i in range(q_new.size(2)):
+        position = torch.tensor([k_cache.size(2)], device=q_new.device)
+        k_cache = torch.cat([k_cache, apply_rope(k_new[:, :, i:i + 1], position)], dim=2)
+        v_cache = torch.cat([v_cache, v_new[:, :, i:i + 1]], dim=2)
+        outs.append(F.scaled_dot_product_attention(apply_rope(q_new[:, :, i:i + 1], position), k_cache, v_cache))
+    return torch.cat(outs, dim=2), k_cache, v_cache
+
+
+ROPE_DECODE_STEP = Task(
+    id="ch8.rope_decode_step", exercise=EXERCISE, reference=rope_decode_step, cases=rope_cases,
+    mutants={
+        "positions_restart": _rope_mutant(start="zero"),
+        "key_not_rotated": _rope_mutant(rotate_k=False),
+        "query_not_rotated": _rope_mutant(rotate_q=False),
+        "cache_rotated_again": _rope_mutant(rerotate_cache=True),
+        "upper_left_causal": _rope_mutant(mask="upper_left"),
+        "new_tokens_not_causal": _rope_mutant(mask="none"),
+    },
+    alternatives=[_rope_by_hand, _rope_row_positions, _rope_one_query_at_a_time],
+)
+
+TASKS = [PADDED_CAUSAL_MASK, DOCUMENT_MASK, SLIDING_WINDOW_MASK, GQA_ATTENTION, ROPE_DECODE_STEP]
