@@ -47,3 +47,28 @@ def random_allowed(T_q: int, T_kv: int, generator: torch.Generator) -> torch.Ten
     first = torch.randint(T_kv, (T_q,), generator=generator)
     allowed[torch.arange(T_q), first] = True
     return allowed
+
+
+def square_rule(rule):
+    """A mask function ``(T, param) -> [T, T]`` from one index rule ``rule(i, j, param)``, with
+    queries ``i`` [T, 1] and keys ``j`` [1, T]: how mutants and alternatives of the [T, T] mask
+    tasks are written (prefix-LM, sliding window)."""
+    def mask(T, param):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        return rule(i, j, param).expand(T, T).clone()
+
+    return mask
+
+
+def per_row_rule(rule):
+    """A mask function ``x [B, T] -> [B, 1, T, T]`` from one index rule ``rule(x, b, q, kv)``, with
+    ``b`` [B, 1, 1, 1], queries ``q`` [1, 1, T, 1] and keys ``kv`` [1, 1, 1, T], for masks that
+    differ per row of a batch (``x`` = the padding's keep flags, or document ids)."""
+    def mask(x):
+        B, T = x.shape
+        b = torch.arange(B, device=x.device)[:, None, None, None]
+        q = torch.arange(T, device=x.device)[None, None, :, None]
+        kv = torch.arange(T, device=x.device)[None, None, None, :]
+        return rule(x, b, q, kv).expand(B, 1, T, T).clone()
+
+    return mask

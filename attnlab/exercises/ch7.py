@@ -14,7 +14,7 @@ from torch import nn
 from ..grader import Case, Problem, Task
 from ..mask_builder import build_mask
 from ..mlm import mlm_corrupt
-from . import case_device
+from . import case_device, square_rule
 
 EXERCISE = "07-bidirectional-attention"
 IGNORE = -100  # F.cross_entropy's ignore_index: no loss at this position
@@ -36,14 +36,6 @@ def prefix_cases(generator):
             for T, prefix in [(6, 2), (9, 4), (7, 0), (8, 8), (10, 1), (11, 6)]]  # the notebook shows T=5, prefix=2
 
 
-def _prefix_rule(rule):
-    def mask(T, prefix):
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        return rule(i, j, prefix).expand(T, T).clone()
-
-    return mask
-
-
 def _block_on_causal(T, prefix):
     allowed = torch.ones(T, T, dtype=torch.bool).tril()
     allowed[:prefix, :prefix] = True
@@ -53,12 +45,12 @@ def _block_on_causal(T, prefix):
 PREFIX_LM_MASK = Task(
     id="ch7.prefix_lm_mask", exercise=EXERCISE, reference=prefix_lm_mask, cases=prefix_cases,
     mutants={
-        "prefix_rows_see_all": _prefix_rule(lambda i, j, p: (j <= i) | (i < p)),
-        "prefix_only": _prefix_rule(lambda i, j, p: j < p),
-        "strict_diagonal": _prefix_rule(lambda i, j, p: (j < i) | (j < p)),
-        "off_by_one": _prefix_rule(lambda i, j, p: (j <= i) | (j <= p)),
-        "causal_only": _prefix_rule(lambda i, j, p: j <= i),
-        "transposed": _prefix_rule(lambda i, j, p: (i <= j) | (i < p)),
+        "prefix_rows_see_all": square_rule(lambda i, j, p: (j <= i) | (i < p)),
+        "prefix_only": square_rule(lambda i, j, p: j < p),
+        "strict_diagonal": square_rule(lambda i, j, p: (j < i) | (j < p)),
+        "off_by_one": square_rule(lambda i, j, p: (j <= i) | (j <= p)),
+        "causal_only": square_rule(lambda i, j, p: j <= i),
+        "transposed": square_rule(lambda i, j, p: (i <= j) | (i < p)),
     },
     alternatives=[
         lambda T, prefix: build_mask("prefix_lm", T, prefix=prefix),

@@ -14,17 +14,9 @@ import torch.nn.functional as F
 from ..grader import Case, Task
 from ..mask_builder import and_masks, batch_mask, build_mask, document_mod, mask_mod, padding_mod
 from ..rope import apply_rope, rope_angles
-from . import case_device
+from . import case_device, per_row_rule, square_rule
 
 EXERCISE = "08-masks-in-real-models"
-
-
-def _grid(B, T, device):
-    """Index grids for a [B, 1, T, T] mask: b [B, 1, 1, 1], q [1, 1, T, 1], kv [1, 1, 1, T]."""
-    b = torch.arange(B, device=device)[:, None, None, None]
-    q = torch.arange(T, device=device)[None, None, :, None]
-    kv = torch.arange(T, device=device)[None, None, None, :]
-    return b, q, kv
 
 
 # --------------------------------------------------------------------------
@@ -51,14 +43,6 @@ def padding_cases(generator):
     return cases
 
 
-def _padding_rule(rule):
-    def mask(keep):
-        b, q, kv = _grid(*keep.shape, keep.device)
-        return rule(keep, b, q, kv).expand(keep.size(0), 1, keep.size(1), keep.size(1)).clone()
-
-    return mask
-
-
 def _padding_loop(keep):
     B, T = keep.shape
     allowed = torch.zeros(B, 1, T, T, dtype=torch.bool, device=keep.device)
@@ -72,15 +56,15 @@ def _padding_loop(keep):
 PADDED_CAUSAL_MASK = Task(
     id="ch8.padded_causal_mask", exercise=EXERCISE, reference=padded_causal_mask, cases=padding_cases,
     mutants={
-        "queries_padded": _padding_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, q]),
-        "strict_diagonal": _padding_rule(lambda keep, b, q, kv: (kv < q) & keep[b, kv]),
-        "inverted": _padding_rule(lambda keep, b, q, kv: ~((kv <= q) & keep[b, kv])),
-        "padding_ignored": _padding_rule(lambda keep, b, q, kv: kv <= q),
-        "not_causal": _padding_rule(lambda keep, b, q, kv: keep[b, kv] & (q >= 0)),
+        "queries_padded": per_row_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, q]),
+        "strict_diagonal": per_row_rule(lambda keep, b, q, kv: (kv < q) & keep[b, kv]),
+        "inverted": per_row_rule(lambda keep, b, q, kv: ~((kv <= q) & keep[b, kv])),
+        "padding_ignored": per_row_rule(lambda keep, b, q, kv: kv <= q),
+        "not_causal": per_row_rule(lambda keep, b, q, kv: keep[b, kv] & (q >= 0)),
     },
     alternatives=[
         lambda keep: batch_mask(and_masks(mask_mod("causal"), padding_mod(keep)), *keep.shape, device=keep.device),
-        _padding_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, kv] & keep[b, q]),  # pad queries read nothing anyway
+        per_row_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, kv] & keep[b, q]),  # pad queries read nothing anyway
         lambda keep: (torch.tril(torch.ones(keep.size(1), keep.size(1), device=keep.device)).bool()
                       & keep.unsqueeze(1)).unsqueeze(1),
         lambda keep: torch.ones_like(keep[:, None, None, :].expand(-1, 1, keep.size(1), -1)).tril()
@@ -115,14 +99,6 @@ def document_cases(generator):
     return cases
 
 
-def _document_rule(rule):
-    def mask(ids):
-        b, q, kv = _grid(*ids.shape, ids.device)
-        return rule(ids, b, q, kv).expand(ids.size(0), 1, ids.size(1), ids.size(1)).clone()
-
-    return mask
-
-
 def _block_diagonal(ids):
     """Correct: one causal block per document, from the lengths of the runs of equal ids."""
     rows = []
@@ -136,16 +112,16 @@ def _block_diagonal(ids):
 DOCUMENT_MASK = Task(
     id="ch8.document_mask", exercise=EXERCISE, reference=document_mask, cases=document_cases,
     mutants={
-        "not_causal": _document_rule(lambda ids, b, q, kv: ids[b, q] == ids[b, kv]),
-        "causal_only": _document_rule(lambda ids, b, q, kv: (kv <= q) & (b >= 0)),
-        "strict_diagonal": _document_rule(lambda ids, b, q, kv: (kv < q) & (ids[b, q] == ids[b, kv])),
-        "transposed": _document_rule(lambda ids, b, q, kv: (kv >= q) & (ids[b, q] == ids[b, kv])),
+        "not_causal": per_row_rule(lambda ids, b, q, kv: ids[b, q] == ids[b, kv]),
+        "causal_only": per_row_rule(lambda ids, b, q, kv: (kv <= q) & (b >= 0)),
+        "strict_diagonal": per_row_rule(lambda ids, b, q, kv: (kv < q) & (ids[b, q] == ids[b, kv])),
+        "transposed": per_row_rule(lambda ids, b, q, kv: (kv >= q) & (ids[b, q] == ids[b, kv])),
     },
     alternatives=[
         lambda ids: batch_mask(and_masks(mask_mod("causal"), document_mod(ids)), *ids.shape, device=ids.device),
         _block_diagonal,
         lambda ids: (ids.unsqueeze(-1) == ids.unsqueeze(-2)).tril().unsqueeze(1),
-        _document_rule(lambda ids, b, q, kv: (kv <= q) & (ids[b, q] - ids[b, kv] == 0)),
+        per_row_rule(lambda ids, b, q, kv: (kv <= q) & (ids[b, q] - ids[b, kv] == 0)),
     ],
 )
 
@@ -165,14 +141,6 @@ def window_cases(generator):
             for T, W in [(7, 2), (9, 4), (5, 1), (8, 8), (10, 3), (6, 9)]]  # the notebook shows T=6, W=3
 
 
-def _window_rule(rule):
-    def mask(T, W):
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        return rule(i, j, W).expand(T, T).clone()
-
-    return mask
-
-
 def _flex_style(T, W):
     def sliding(b, h, q_idx, kv_idx):
         return (q_idx >= kv_idx) & (q_idx - kv_idx < W)
@@ -184,11 +152,11 @@ def _flex_style(T, W):
 SLIDING_WINDOW_MASK = Task(
     id="ch8.sliding_window_mask", exercise=EXERCISE, reference=sliding_window_mask, cases=window_cases,
     mutants={
-        "off_by_one": _window_rule(lambda i, j, W: (j <= i) & (i - j <= W)),
-        "not_causal": _window_rule(lambda i, j, W: (i - j).abs() < W),
-        "future_window": _window_rule(lambda i, j, W: (j >= i) & (j - i < W)),
-        "first_keys": _window_rule(lambda i, j, W: (j <= i) & (j < W)),
-        "window_too_small": _window_rule(lambda i, j, W: (j <= i) & (i - j < W - 1)),
+        "off_by_one": square_rule(lambda i, j, W: (j <= i) & (i - j <= W)),
+        "not_causal": square_rule(lambda i, j, W: (i - j).abs() < W),
+        "future_window": square_rule(lambda i, j, W: (j >= i) & (j - i < W)),
+        "first_keys": square_rule(lambda i, j, W: (j <= i) & (j < W)),
+        "window_too_small": square_rule(lambda i, j, W: (j <= i) & (i - j < W - 1)),
     },
     alternatives=[
         lambda T, W: build_mask("sliding_window", T, window=W),
