@@ -6,15 +6,12 @@ import torch
 from attnlab.batching import document_leaks, forward_with_mask, pack, positions_in_documents
 from attnlab.gpt import GPT, GPTConfig
 from attnlab.mask_builder import and_masks, batch_mask, document_mod, keep_from_lengths, mask_mod, padding_mod
+from small_models import small_gpt
 
 CAUSAL = mask_mod("causal")
 
 
-def small(**overrides) -> GPT:
-    torch.manual_seed(0)
-    config = dict(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32)
-    config.update(overrides)
-    return GPT(GPTConfig(**config)).eval()
+small = small_gpt
 
 
 @pytest.mark.parametrize("options", [{}, {"positions": "rope", "n_kv_head": 2}])

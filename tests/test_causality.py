@@ -13,6 +13,7 @@ from attnlab.causality import (CausalityError, assert_causal, assert_causal_jaco
                                example_tokens, find_leaks, first_leak, jacobian_map)
 from attnlab.gpt import GPT, GPTConfig
 from attnlab.leaky import VARIANTS, ConvBeforeBlock, TokenConv, leaky_gpt
+from small_models import small_gpt
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -27,11 +28,7 @@ CAUGHT_BY = {
 }
 
 
-def small(**overrides) -> GPT:
-    torch.manual_seed(0)
-    config = dict(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32)
-    config.update(overrides)
-    return GPT(GPTConfig(**config)).eval()
+small = small_gpt
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,10 @@ from attnlab.gpt import GPT, GPTConfig, KVCache
 from attnlab.tokenizer import MASK, UNKNOWN, corpus, course_tokenizer
 from attnlab.train import evaluate, next_token_batch, train
 from language_checks import assert_message_in_languages
+from small_models import small_gpt
 
 
-def small(**overrides) -> GPT:
-    torch.manual_seed(0)
-    config = dict(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32)
-    config.update(overrides)
-    return GPT(GPTConfig(**config)).eval()
+small = small_gpt
 
 
 def test_shapes_loss_and_parameter_count():

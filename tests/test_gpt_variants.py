@@ -5,13 +5,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.gpt import GPT, GPTConfig, KVCache
+from small_models import small_gpt
 
 
 def small(**overrides) -> GPT:
-    torch.manual_seed(0)
-    config = dict(vocab_size=50, block_size=48, n_layer=2, n_head=4, n_embd=32)
-    config.update(overrides)
-    return GPT(GPTConfig(**config)).eval()
+    return small_gpt(**{"block_size": 48, **overrides})  # longer windows for the RoPE and window tests
 
 
 def test_enable_gqa_equals_repeat_interleave_and_not_repeat():
