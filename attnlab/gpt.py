@@ -69,8 +69,10 @@ class GPTConfig:
                                     got=describe(getattr(self, name))))
         if self.positions == "rope" and self.head_dim % 2:
             raise ValueError(tr("ch8.err_rope_odd", d=self.head_dim))
-        if self.window is not None and (whole_number("window", self.window, low=1) < 1 or not self.causal):
-            raise ValueError(tr("error.config_window", window=self.window))
+        if self.window is not None:
+            whole_number("window", self.window, low=1)
+            if not self.causal:
+                raise ValueError(tr("error.config_window", window=self.window))
 
     @property
     def head_dim(self) -> int:
