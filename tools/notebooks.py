@@ -79,7 +79,12 @@ CODE_CLOSE = "```"
 OPTION = re.compile(r"^:(\w[\w-]*):\s*(.*)$")
 CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # language of figures and messages; seeds every RNG'
+SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # {comment}'
+SETUP_COMMENT = {  # what attnlab.setup does, in the notebook's language
+    "en": "language of figures and messages; seeds every RNG; one CPU thread (the same sums everywhere)",
+    "de": "Sprache der Abbildungen und Meldungen; setzt alle Zufalls-Seeds; ein CPU-Thread (überall dieselben Summen)",
+    "zh": "图和消息的语言；为所有随机数生成器设定种子；只用一个 CPU 线程（各处求和结果相同）",
+}
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
 # Runs before attnlab can be imported, so it is plain code: on Colab it installs
 # the course package from the repository set in _config.yml and switches on
@@ -317,7 +322,8 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
     nb.metadata = {"kernelspec": dict(KERNELSPEC),
                    "language_info": dict(LANGUAGE_INFO),
                    "attnlab": {"source": source.rel, "language": lang}}
-    setup = [colab_cell(lang), nbformat.v4.new_code_cell(SETUP_CODE.format(lang=lang), id="setup")]
+    setup_code = SETUP_CODE.format(lang=lang, comment=SETUP_COMMENT[lang])
+    setup = [colab_cell(lang), nbformat.v4.new_code_cell(setup_code, id="setup")]
     if not source.cells or source.cells[0].kind != "markdown":
         nb.cells.extend(setup)
     for n, cell in enumerate(source.cells, start=1):
