@@ -83,7 +83,7 @@ SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # {comment}'
 SETUP_COMMENT = {  # what attnlab.setup does, in the notebook's language
     "en": "language of figures and messages; seeds every RNG; one CPU thread (the same sums everywhere)",
     "de": "Sprache der Abbildungen und Meldungen; setzt alle Zufalls-Seeds; ein CPU-Thread (überall dieselben Summen)",
-    "zh": "图和消息的语言；为所有随机数生成器设定种子；只用一个 CPU 线程（各处求和结果相同）",
+    "zh": "设定图和输出信息的语言；为所有随机数生成器设定种子；只用一个 CPU 线程（在任何机器上求和结果都相同）",
 }
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
 # Runs before attnlab can be imported, so it is plain code: on Colab it installs
