@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
-import torch
+from .numerics import pin_cpu_numerics
+
+pin_cpu_numerics()  # before torch computes anything: the same float sums on every x86-64 CPU
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from .i18n import get_language, set_language, tr
 
