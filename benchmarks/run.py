@@ -6,8 +6,8 @@
 
 Writes ``benchmarks/results/<name>.md``, ``.json`` and ``.png`` (``--name``,
 default ``cpu`` or ``gpu``), with the machine described. Every speed claim is a
-ratio of two medians measured in the same run (after warm-up), because shared
-machines are noisy; peak memory is counted exactly (attnlab.memory), so it is
+median of ratios taken side by side in the same run (after warm-up; see
+``paired_seconds``), because shared machines are noisy; peak memory is counted exactly (attnlab.memory), so it is
 the same on every machine. With ``--publish`` the JSON is also copied to
 ``attnlab/data/benchmarks.json``, from which the chapters quote their numbers.
 """
@@ -25,13 +25,17 @@ import sys
 import time
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+# The benchmarks measure the CPU path a reader's torch picks by itself, not the AVX2 path that
+# attnlab pins for reproducible notebook outputs (attnlab/numerics.py); set before attnlab is imported.
+os.environ.setdefault("ATTNLAB_CPU_NUMERICS", "native")
 
-from attnlab.attention import causal_attention
-from attnlab.blocked import blocked_attention
-from attnlab.gpt import GPT, GPTConfig, KVCache
-from attnlab.memory import peak_bytes
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from attnlab.attention import causal_attention  # noqa: E402
+from attnlab.blocked import blocked_attention  # noqa: E402
+from attnlab.gpt import GPT, GPTConfig, KVCache  # noqa: E402
+from attnlab.memory import peak_bytes  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -45,14 +49,15 @@ class Sizes:
     block: int  # tile size of the blocked attention
     decode_contexts: tuple[int, ...]  # context lengths for the decode rows
     decode_tokens: int  # new tokens per decode measurement
-    repeats: int  # timed repetitions (the median is reported)
+    repeats: int  # timed repetitions of a single measurement (the median is reported)
+    pair_repeats: int  # rounds of a side-by-side pair (causal and full, cache and none)
     model: dict  # GPTConfig fields of the decode model
 
 
 SIZES = {
-    "smoke": Sizes((64, 128), 2, 32, (16, 32), 4, 2, dict(n_layer=2, n_head=4, n_embd=64)),
-    "default": Sizes((256, 1024, 4096), 4, 128, (128, 512, 2048), 16, 5, dict(n_layer=4, n_head=4, n_embd=128)),
-    "full": Sizes((256, 1024, 4096, 8192), 8, 128, (128, 512, 2048, 4096), 32, 7,
+    "smoke": Sizes((64, 128), 2, 32, (16, 32), 4, 2, 3, dict(n_layer=2, n_head=4, n_embd=64)),
+    "default": Sizes((256, 1024, 4096), 4, 128, (128, 512, 2048), 16, 5, 9, dict(n_layer=4, n_head=4, n_embd=128)),
+    "full": Sizes((256, 1024, 4096, 8192), 8, 128, (128, 512, 2048, 4096), 32, 7, 11,
                   dict(n_layer=6, n_head=6, n_embd=384)),
 }
 
@@ -76,6 +81,37 @@ def median_seconds(fn, device: torch.device, repeats: int, warmup: int = 1) -> f
     return statistics.median(times)
 
 
+def wall_seconds(fn, device: torch.device):
+    """A measurement: call ``fn()`` once and return its wall time in seconds."""
+    def measure() -> float:
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        return time.perf_counter() - start
+    return measure
+
+
+def paired_seconds(measure_a, measure_b, repeats: int, warmup: int = 1) -> dict:
+    """Run two measurements side by side: ``repeats`` rounds, each taking both, in alternating
+    order. Returns both medians (seconds) and the ratio a/b of each round (median, min, max).
+
+    A ratio of two medians taken minutes apart swings with whatever else the machine runs
+    (a busy second core doubled one of them); the ratio within a round compares two calls
+    made under the same load, and the median over rounds drops the rounds a burst hit.
+    """
+    for _ in range(warmup):
+        measure_a()
+        measure_b()
+    times = {"a": [], "b": []}
+    for round_ in range(repeats):
+        for key in (("a", "b") if round_ % 2 == 0 else ("b", "a")):
+            times[key].append((measure_a if key == "a" else measure_b)())
+    ratios = [a / b for a, b in zip(times["a"], times["b"])]
+    return {"a": statistics.median(times["a"]), "b": statistics.median(times["b"]),
+            "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                      "rounds": repeats}}
+
+
 def machine(device: torch.device) -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -86,6 +122,7 @@ def machine(device: torch.device) -> dict:
     except OSError:
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__, "python": platform.python_version(), "device": device.type,
             "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
     if device.type == "cuda":
@@ -105,9 +142,11 @@ def attention_rows(sizes: Sizes, device: torch.device) -> list[dict]:
         blocked = lambda: blocked_attention(q, k, v, block=sizes.block)[0]  # noqa: E731
         blocked_full = lambda: blocked_attention(q, k, v, block=sizes.block, causal=False)[0]  # noqa: E731
         row = {"T": T, "H": sizes.heads, "d": 64, "block": sizes.block}
-        for name, fn in (("naive", naive), ("sdpa_causal", sdpa), ("sdpa_full", sdpa_full),
-                         ("blocked_causal", blocked), ("blocked_full", blocked_full)):
-            row[f"{name}_ms"] = 1e3 * median_seconds(fn, device, sizes.repeats)
+        row["naive_ms"] = 1e3 * median_seconds(naive, device, sizes.repeats)
+        for name, causal_fn, full_fn in (("sdpa", sdpa, sdpa_full), ("blocked", blocked, blocked_full)):
+            pair = paired_seconds(wall_seconds(causal_fn, device), wall_seconds(full_fn, device), sizes.pair_repeats)
+            row[f"{name}_causal_ms"], row[f"{name}_full_ms"] = 1e3 * pair["a"], 1e3 * pair["b"]
+            row[f"{name}_causal_over_full"] = pair["ratio"]
         for name, fn in (("naive", naive), ("sdpa_causal", sdpa), ("blocked_causal", blocked)):
             row[f"{name}_peak_MiB"] = peak_bytes(fn) / 2**20 if device.type == "cpu" else None
         _, counts = blocked_attention(q, k, v, block=sizes.block)
@@ -134,15 +173,18 @@ def decode_rows(sizes: Sizes, device: torch.device) -> tuple[list[dict], dict]:
     rows = []
     for context in sizes.decode_contexts:
         prompt = torch.randint(0, 256, (1, context), device=device)
-        timed = {use_cache: decode_seconds(model, prompt, sizes.decode_tokens, use_cache, sizes.repeats, device)
-                 for use_cache in (True, False)}
+        pair = paired_seconds(lambda: decode_seconds(model, prompt, sizes.decode_tokens, False, device),
+                              lambda: decode_seconds(model, prompt, sizes.decode_tokens, True, device),
+                              sizes.pair_repeats)
+        timed = {False: pair["a"], True: pair["b"]}
         same = torch.equal(model.generate(prompt, sizes.decode_tokens, use_cache=True),
                            model.generate(prompt, sizes.decode_tokens, use_cache=False))
         row = {"context": context, "new_tokens": sizes.decode_tokens,
                "tokens_per_s_cache": sizes.decode_tokens / timed[True],
                "tokens_per_s_no_cache": sizes.decode_tokens / timed[False],
                "same_tokens": same}
-        row["speedup"] = row["tokens_per_s_cache"] / row["tokens_per_s_no_cache"]
+        row["speedup"] = pair["ratio"]["median"]  # median over rounds of (time without cache / time with it)
+        row["speedup_spread"] = {k: pair["ratio"][k] for k in ("min", "max")}
         rows.append(row)
         print(f"  decode context={context}: {row['tokens_per_s_cache']:.0f} vs "
               f"{row['tokens_per_s_no_cache']:.0f} tokens/s ({row['speedup']:.1f}x)", flush=True)
@@ -155,28 +197,24 @@ def decode_rows(sizes: Sizes, device: torch.device) -> tuple[list[dict], dict]:
 
 
 @torch.no_grad()
-def decode_seconds(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool, repeats: int,
+def decode_seconds(model: GPT, prompt: torch.Tensor, new_tokens: int, use_cache: bool,
                    device: torch.device) -> float:
-    """Median time of ``new_tokens`` greedy decode steps; the prompt's prefill is not timed.
+    """Seconds of ``new_tokens`` greedy decode steps; the prompt's prefill is not timed.
 
     With the cache a step feeds one token [B, 1] and reads the cached keys and
     values; without it a step runs the whole sequence [B, t] again.
     """
-    times = []
-    for repeat in range(repeats + 1):  # the first run is the warm-up
-        cache = KVCache(model.config, prompt.size(0), prompt.size(1) + new_tokens, device=device)
-        logits, _ = model(prompt, cache=cache if use_cache else None)
-        idx = prompt
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(new_tokens):
-            next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # [B, 1]
-            idx = torch.cat([idx, next_id], dim=1)
-            logits, _ = model(next_id, cache=cache) if use_cache else model(idx)
-        sync(device)
-        if repeat:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    cache = KVCache(model.config, prompt.size(0), prompt.size(1) + new_tokens, device=device)
+    logits, _ = model(prompt, cache=cache if use_cache else None)
+    idx = prompt
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # [B, 1]
+        idx = torch.cat([idx, next_id], dim=1)
+        logits, _ = model(next_id, cache=cache) if use_cache else model(idx)
+    sync(device)
+    return time.perf_counter() - start
 
 
 def grader_row() -> dict | None:
@@ -207,18 +245,22 @@ def markdown(result: dict) -> str:
              f"device {m['device']}" + (f" ({m['gpu']})" if m.get("gpu") else "") + f". Run: {result['date']}"
              + (f", load average {m['load_average_1min']} at the start" if m.get("load_average_1min") is not None
                 else "") + ".",
-             "", "Times are medians after warm-up; ratios are from this one run. Peak memory is counted "
+             "", "Times are medians after warm-up. Each causal/full ratio and each speedup is the median "
+             "over rounds that time both sides back to back (alternating which goes first), with the "
+             "smallest and largest round in brackets, so a burst of other work on the machine moves "
+             "single rounds, not the median. Peak memory is counted "
              "exactly by attnlab.memory (tensors only; kernel scratch buffers are not seen).", "",
              "## Attention: naive masked vs SDPA vs blocked tile-skipping (B=1, d=64)", "",
              "| T | H | naive ms | SDPA causal ms | SDPA full ms | causal/full SDPA | blocked causal ms "
              "| blocked full ms | causal/full blocked | naive MiB | SDPA MiB | blocked MiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     mib = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    spread = lambda r: f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"  # noqa: E731
     for r in result["attention"]:
         lines.append(f"| {r['T']} | {r['H']} | {r['naive_ms']:.2f} | {r['sdpa_causal_ms']:.2f} | "
-                     f"{r['sdpa_full_ms']:.2f} | {r['sdpa_causal_ms'] / r['sdpa_full_ms']:.2f} | "
+                     f"{r['sdpa_full_ms']:.2f} | {spread(r['sdpa_causal_over_full'])} | "
                      f"{r['blocked_causal_ms']:.1f} | {r['blocked_full_ms']:.1f} | "
-                     f"{r['blocked_causal_ms'] / r['blocked_full_ms']:.2f} | {mib(r['naive_peak_MiB'])} | "
+                     f"{spread(r['blocked_causal_over_full'])} | {mib(r['naive_peak_MiB'])} | "
                      f"{mib(r['sdpa_causal_peak_MiB'])} | {mib(r['blocked_causal_peak_MiB'])} |")
     lines += ["", "## Score FLOPs of blocked causal attention vs full", "",
               "| T | block | tiles skipped / total | counted ratio | theory (T + B) / 2T |", "|---|---|---|---|---|"]
@@ -231,7 +273,8 @@ def markdown(result: dict) -> str:
               "|---|---|---|---|---|---|"]
     for r in result["decode"]:
         lines.append(f"| {r['context']} | {r['new_tokens']} | {r['tokens_per_s_cache']:.0f} | "
-                     f"{r['tokens_per_s_no_cache']:.0f} | {r['speedup']:.1f}x | {r['same_tokens']} |")
+                     f"{r['tokens_per_s_no_cache']:.0f} | {r['speedup']:.1f}x "
+                     f"({r['speedup_spread']['min']:.1f}-{r['speedup_spread']['max']:.1f}) | {r['same_tokens']} |")
     lines += ["", "## KV-cache memory", "",
               f"2 x layers x heads x head_dim x T x 4 bytes = 2 x {mem['n_layer']} x {mem['n_head']} x "
               f"{mem['head_dim']} x {mem['max_len']} x 4 = {mem['bytes_formula']:,} bytes; "
@@ -276,11 +319,11 @@ def run(size: str, device: torch.device) -> dict:
     attention = attention_rows(sizes, device)
     decode, memory = decode_rows(sizes, device)
     last = attention[-1]
-    ratio = last["sdpa_causal_ms"] / last["sdpa_full_ms"]
+    ratio = last["sdpa_causal_over_full"]["median"]
     notes = (f"at T={last['T']}, SDPA with is_causal=True took {ratio:.2f} of the time of SDPA without a mask "
              f"on {device.type}; a ratio near 0.5 means the kernel skips the key tiles above the diagonal, "
              f"near 1.0 that it computes them and masks. The blocked Python version skips them by "
-             f"construction: causal/full = {last['blocked_causal_ms'] / last['blocked_full_ms']:.2f} "
+             f"construction: causal/full = {last['blocked_causal_over_full']['median']:.2f} "
              f"against a counted FLOP ratio of {last['flops_ratio_counted']:.2f}.")
     return {"size": size, "date": time.strftime("%Y-%m-%d"), "machine": machine(device), "attention": attention,
             "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,

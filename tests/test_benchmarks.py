@@ -14,7 +14,25 @@ def test_smoke_benchmark_writes_its_three_files(tmp_path):
         assert row["flops_ratio_counted"] == row["flops_ratio_theory"]
         assert row["max_abs_diff_sdpa_vs_naive"] < 1e-5 and row["max_abs_diff_blocked_vs_naive"] < 1e-5
         assert row["sdpa_causal_peak_MiB"] < row["naive_peak_MiB"]
+        for pair in ("sdpa_causal_over_full", "blocked_causal_over_full"):  # side by side, per round
+            ratio = row[pair]
+            assert ratio["min"] <= ratio["median"] <= ratio["max"] and ratio["rounds"] >= 3, pair
     assert all(row["same_tokens"] for row in result["decode"])
+    assert all(row["speedup_spread"]["min"] <= row["speedup"] <= row["speedup_spread"]["max"]
+               for row in result["decode"])
+    assert result["machine"]["cpu_capability"]  # the native path the benchmarks measured
     memory = result["kv_cache_memory"]
     assert memory["bytes_formula"] == memory["bytes_measured"]
     assert result["machine"]["torch"]
+
+
+def test_paired_rounds_alternate_and_give_the_median_of_per_round_ratios():
+    order = []
+    a_times = iter([1.0, 3.0, 1.0, 9.0])  # warm-up, then three rounds
+    b_times = iter([1.0, 1.0, 2.0, 3.0])
+    measure_a = lambda: order.append("a") or next(a_times)  # noqa: E731
+    measure_b = lambda: order.append("b") or next(b_times)  # noqa: E731
+    pair = run.paired_seconds(measure_a, measure_b, repeats=3)
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then a-b, b-a, a-b
+    assert pair["ratio"] == {"median": 3.0, "min": 0.5, "max": 3.0, "rounds": 3}  # 3/1, 1/2, 9/3
+    assert pair["a"] == 3.0 and pair["b"] == 2.0
