@@ -116,7 +116,8 @@ def message_prose(lang: str) -> dict[str, list[tuple[int, str]]]:
         elif line.startswith(f'{lang} = "'):
             chapter = re.search(r"(?:^|\.)(ch\d)(?:\.|$)", key)
             group = chapter.group(1) if chapter else key.split(".")[0]
-            text = re.sub(r"[\w.]+\([^()]*\)", " ", line[len(lang) + 4:-1])  # code in a message: view(B, T, H, d)
+            text = line[len(lang) + 4:-1]
+            text = re.sub(r"[\w.]+\([^()]*\)|[\w.]+\s*[=&]\s*\.\.\.", " ", text)  # code: view(B, T, H, d), x=...
             groups.setdefault(f"messages:{group}", []).append((number, text))
     return groups
 
@@ -169,6 +170,8 @@ def convention_hits(lines: list[tuple[int, str]], lang: str, where: str) -> list
             prose = re.sub(r"\$[^$]*\$", " ", text).replace("**", "")
             if re.search(r"(?<![\w*])\*[^*\s][^*]*[\u4e00-\u9fff][^*]*\*(?!\*)", prose):
                 found.append(f"{where}:{number}: italics on Chinese text (bold or nothing)")
+            if re.search(r"\.\.\.|(?<!…)…(?!…)", re.sub(r"\[[^\]]*\]", " ", prose)):  # not in [..., T, d]
+                found.append(f"{where}:{number}: ellipsis (Chinese prose writes ……)")
         if lang == "de" and any(re.search(r"\d\{,\}\d", math) for math in re.findall(r"\$[^$]*\$", text)):
             found.append(f"{where}:{number}: decimal comma inside math (authoring.md: never in math)")
     return found
@@ -228,6 +231,7 @@ def test_the_scanner_sees_what_a_reader_sees(tmp_path):
     assert any("Lösung" in h and h.startswith("x.md:6") for h in found)
     assert any(h.startswith("x.md:11") for h in hits(source_prose(source, "zh"), "zh", "x.md"))
     assert not any("Lösung" in h for h in hits([(1, "Die [Lösung](x.ipynb) steht im Notebook.")], "de", "y"))
-    zh = convention_hits([(1, "目标“x”"), (2, "*在这里阅读。*"), (3, "**加粗**")], "zh", "z")
-    assert [h.split(":")[1] for h in zh] == ["1", "2"]
+    zh = convention_hits([(1, "目标“x”"), (2, "*在这里阅读。*"), (3, "**加粗**"), (4, "位置 0、1、..."),
+                          (5, "「…the」"), (6, "「……the」，`a...b`，[..., T]")], "zh", "z")
+    assert [h.split(":")[1] for h in zh] == ["1", "2", "4", "5"]
     assert convention_hits([(1, "etwa $0{,}9$, in Prosa 0,9")], "de", "d")
