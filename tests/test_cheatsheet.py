@@ -102,6 +102,19 @@ def test_lower_right_with_more_queries_than_keys_leaves_rows_empty_and_warns():
     assert not dense[:2].any() and dense[2:].any(dim=-1).all()  # the first T_q - T_kv = 2 queries read nothing
 
 
+def test_lower_right_with_more_queries_than_keys_gives_zero_rows_not_nan_on_every_cpu_backend():
+    """The warning says "will produce NaNs"; in 2.13 on the CPU the rows without a key are zeros."""
+    q, k, v = qkv(T_q=5, T_kv=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bias = causal_lower_right(5, 3)
+    for backend in (None, SDPBackend.MATH, SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(backend) if backend else warnings.catch_warnings():
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        assert not out.isnan().any(), backend
+        assert (out[:, :, :2] == 0).all() and (out[:, :, 2:] != 0).any(dim=-1).all(), backend
+
+
 def test_sdpa_with_both_attn_mask_and_is_causal_raises_on_math_and_applies_both_on_cpu_flash():
     q, k, v = qkv()
     diagonal = torch.eye(5, dtype=torch.bool)

@@ -73,7 +73,7 @@ def test_chapter_2_shows_the_package_code(name):
     assert ast.dump(shown) == ast.dump(package)
 
 
-@pytest.mark.parametrize("name", ["tile_kind", "blocked_attention"])
+@pytest.mark.parametrize("name", ["tile_kind", "tile_map", "blocked_attention"])
 def test_chapter_3_shows_the_package_code(name):
     shown = definition(defined_in(notebook_cells(CHAPTER_3), name), name)
     package = definition(inspect.getsource(blocked), name)
