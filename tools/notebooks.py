@@ -524,7 +524,9 @@ class _MessageWriter:
                 text = re.sub(r"\s*\n\s*", " ", text)
             if "\\" in text or isinstance(node, ast.JoinedStr) or any(isinstance(n, ast.JoinedStr) for n in ast.walk(node)):
                 return None  # Python < 3.12: no backslash or nested f-string inside an f-string's braces
-            if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Dict, ast.Set, ast.DictComp, ast.SetComp, ast.Tuple)):
+            if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Dict, ast.Set, ast.DictComp, ast.SetComp)):
+                return None  # braces or a colon of its own: reads better as .format(values={...})
+            if isinstance(node, ast.Tuple):
                 text = f"({text})"
             elif _is_message_call(node) and isinstance(node.args[0], ast.IfExp):
                 text = text[1:-1]  # ("A" if flag else "B") needs no parentheses inside braces
