@@ -49,7 +49,7 @@ class CharTokenizer:
 
         if getattr(ids, "ndim", 1) != 1 or isinstance(ids, (str, bytes)):
             raise TypeError(tr("error.decode_shape", got=describe(ids)))  # a batch [B, T]: decode one row
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        ids = ids.tolist() if hasattr(ids, "tolist") else [i.item() if getattr(i, "ndim", None) == 0 else i for i in ids]
         if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in ids):
             raise TypeError(tr("error.decode_shape", got=describe(ids)))
         bad = [i for i in ids if not 0 <= i < self.vocab_size]

@@ -110,3 +110,6 @@ def test_decode_still_takes_a_list_a_1d_tensor_and_numpy_ints():
     tok = course_tokenizer()
     ids = tok.encode("abc")
     assert tok.decode(ids) == tok.decode(torch.tensor(ids)) == tok.decode(list(np.array(ids))) == "abc"
+    assert tok.decode(list(torch.tensor(ids))) == "abc"  # a list of 0-d tensors (iterating a tensor gives them)
+    with pytest.raises(TypeError, match="decode takes one sequence"):
+        tok.decode(list(torch.tensor([ids, ids])))  # a list of rows
