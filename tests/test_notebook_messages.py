@@ -125,6 +125,18 @@ def test_an_unknown_key_is_an_error_with_file_and_line(tmp_path):
         notebooks.parse_source(path)
 
 
+def test_neutral_code_turns_a_short_text_back_where_the_generator_put_it(catalog):
+    code = "print(model.parameters, f\"{tr('t.plain')}\")"
+    CATALOG["t.plain"]["en"] = "parameters"
+    try:
+        rewrites = []
+        out = notebooks.localize_messages(code, "en", rewrites)
+    finally:
+        CATALOG["t.plain"]["en"] = "rows with NaN:"
+    assert out == 'print(model.parameters, f"parameters")' and rewrites[0].at == out.index('s")') - 9
+    assert notebooks.neutral_code(out, rewrites) == code
+
+
 def test_neutral_code_turns_the_texts_back_in_order_even_when_two_keys_read_alike():
     rewrites = [notebooks.MessageRewrite("a", '"gleich"', 'tr("a")', "literal"),
                 notebooks.MessageRewrite("b", '"gleich"', 'tr("b")', "literal")]

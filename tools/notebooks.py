@@ -338,6 +338,7 @@ class MessageRewrite:
     new: str  # the notebook's text
     old: str  # the source's tr(...) call
     form: str  # "literal", "f-string" or "format"
+    at: int = -1  # where ``new`` starts in the cell as rendered
 
 
 @functools.lru_cache(maxsize=1)
@@ -648,7 +649,11 @@ def localize_messages(code: str, lang: str, rewrites: list[MessageRewrite] | Non
         if form == "unchanged":
             continue
         out = out[:start] + new + out[end:]
-        done.append(MessageRewrite(_message_key(call), new, code[start:end], form))
+        done.append(MessageRewrite(_message_key(call), new, code[start:end], form, start))
+    shift = 0
+    for rewrite in reversed(done):  # source order: each one moves the ones after it
+        rewrite.at += shift
+        shift += len(rewrite.new) - len(rewrite.old)
     if rewrites is not None:
         rewrites.extend(reversed(done))
     return out
@@ -672,10 +677,16 @@ def render_code(code: str, lang: str, rewrites: list[MessageRewrite] | None = No
 def neutral_code(code: str, rewrites: list[MessageRewrite]) -> str:
     """A notebook's code with its written-out messages turned back into the source's tr() calls.
 
-    ``rewrites`` (from :func:`render_code`, in order) are looked for one after another, so
-    two keys with the same text in one language cannot be confused; a text that is not
-    where it should be stays, and the code then differs from the other languages'.
+    ``rewrites`` (from :func:`render_code`, in order) are looked for where the generator
+    put them, else (an exercise stub or solution, whose solution markers moved the code)
+    one after another from the last one found, so two keys with the same text in one
+    language, or a short text that also occurs in the code, cannot be confused. A text
+    that is not where it should be stays, and the code then differs from the other languages'.
     """
+    if all(r.at >= 0 and code[r.at:r.at + len(r.new)] == r.new for r in rewrites):
+        for rewrite in reversed(rewrites):
+            code = code[:rewrite.at] + rewrite.old + code[rewrite.at + len(rewrite.new):]
+        return code
     out, cursor = [], 0
     for rewrite in rewrites:
         at = code.find(rewrite.new, cursor)
