@@ -39,6 +39,12 @@ keeps its own (the code itself is identical)::
     # de: ein Kommentar über eine ganze Zeile
     # zh: 整行注释
 
+A neutral lead-in before ``en:`` (``# [B, T]: en: … | de: … | zh: …``) stays in every
+language. Messages are shown the same way: ``print(tr("ch8.empty_rows"))`` becomes
+``print("Queries, die nichts lesen, pro Zeile des Batches:")`` in the German
+notebook, and a call with placeholders an f-string (or ``"…".format(…)``) that
+prints exactly what tr() prints (see "Messages in code" below).
+
 Commands (run from the repository root)::
 
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
