@@ -19,8 +19,37 @@ import torch.nn.functional as F
 
 from .gpt import GPT
 from .i18n import tr
-from .inputs import describe
+from .inputs import as_allowed_mask, describe
 from .multihead import merge_heads
+
+
+def check_mask_inputs(model: GPT, idx: torch.Tensor, allowed: torch.Tensor, position_ids: torch.Tensor) -> None:
+    """A clear error, in the reader's language, for inputs :func:`forward_with_mask` would run
+    with silently wrong numbers or fail on deep inside torch: ``idx`` not [B, T] token ids;
+    ``allowed`` not a boolean [B, 1, T, T] / [T, T] mask (a 0/1 float or additive 0/-inf mask,
+    the other convention), one that allows nothing, or, for a causal model, one that lets a
+    query read a later slot (an inverted mask, or a padding mask without its causal part);
+    ``position_ids`` not [B, T] / [T] whole numbers, or past the position embeddings."""
+    model.check_idx(idx)
+    B, T = idx.shape
+    as_allowed_mask("allowed", allowed, T, T, batch=B, heads=model.config.n_head)
+    if not allowed.any():
+        raise ValueError(tr("error.mask_empty", name="allowed"))
+    if model.config.causal:
+        later = torch.ones(T, T, dtype=torch.bool, device=allowed.device).triu(diagonal=1)  # key slot j > query slot i
+        future = (allowed & later).expand(B, -1, T, T) if allowed.dim() == 4 else (allowed & later)[None, None]
+        if future.any():
+            b, _, i, j = (int(n) for n in future.nonzero()[0])
+            raise ValueError(tr("error.mask_future", name="allowed", i=i, j=j, b=b))
+    if (not isinstance(position_ids, torch.Tensor) or position_ids.is_floating_point() or position_ids.dtype == torch.bool
+            or tuple(position_ids.shape) not in ((T,), (1, T), (B, T))):
+        raise ValueError(tr("error.position_ids", T=T, B=B, got=describe(position_ids)
+                            + (f" {position_ids.dtype}" if isinstance(position_ids, torch.Tensor) else "")))
+    if model.position_embedding is not None and position_ids.numel():
+        low, high = int(position_ids.min()), int(position_ids.max())
+        if low < 0 or high >= model.config.block_size:
+            raise ValueError(tr("error.position_ids_range", low_got=low, high_got=high,
+                                high=model.config.block_size - 1, block_size=model.config.block_size))
 
 
 def forward_with_mask(model: GPT, idx: torch.Tensor, allowed: torch.Tensor,
@@ -28,6 +57,7 @@ def forward_with_mask(model: GPT, idx: torch.Tensor, allowed: torch.Tensor,
     """Logits [B, T, V] of ``model`` for tokens ``idx`` [B, T], where attention follows
     ``allowed`` ([B, 1, T, T] or [T, T] bool, True = may read) instead of the model's own
     causal mask, and token t sits at position ``position_ids[b, t]``."""
+    check_mask_inputs(model, idx, allowed, position_ids)  # a clear error for a float, inverted or misshaped mask, or positions past the embeddings
     x = model.token_embedding(idx)  # [B, T, D]
     if model.position_embedding is not None:
         x = x + model.position_embedding(position_ids)

@@ -10,7 +10,9 @@ B = batch, T = time (tokens), D = n_embd, H = n_head, d = D / H, V = vocab size.
 
 The attention is chapter 2's multi-head attention (``split_heads`` /
 ``merge_heads``) and runs either through SDPA or through chapter 1's explicit
-masked softmax (``attention="explicit"``); both give the same numbers. A
+masked softmax (``attention="explicit"``); both give the same numbers (with
+``dropout > 0`` in training both drop attention weights, each with its own
+random draws, so only their expected values agree). A
 :class:`KVCache` turns the same model into an incremental decoder (chapter 6).
 ``causal=False`` removes the mask: the leaky model of chapter 4, and the
 bidirectional encoder of chapter 7. Chapter 8 adds what real models do
@@ -29,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import attention
+from .attention import attention, attention_scores, masked_softmax
 from .mask_builder import build_mask
 from .i18n import tr
 from .inputs import describe, whole_number
@@ -46,7 +48,7 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 64  # D; d = D / H = 16
     norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm), over the feature axis
-    attention: str = "sdpa"  # "sdpa" or "explicit" (chapter 1's masked softmax, same result)
+    attention: str = "sdpa"  # "sdpa" or "explicit" (chapter 1's masked softmax, same result; dropout on its weights too)
     causal: bool = True  # False: no mask at all (the leak of chapter 4, BERT's encoder in chapter 7)
     dropout: float = 0.0
     bias: bool = False
@@ -208,6 +210,8 @@ class SelfAttention(nn.Module):
         if self.config.attention == "explicit":
             if gqa:  # chapter 1's attention needs one K/V head per query head: repeat each group's
                 k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))
+            if dropout:  # as SDPA's dropout_p: drop attention weights (its own random draws)
+                return F.dropout(masked_softmax(attention_scores(q, k), allowed), dropout) @ v
             return attention(q, k, v, allowed)
         if allowed is not None and T_q == T_kv and window is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, **gqa)
@@ -292,8 +296,11 @@ class GPT(nn.Module):
             if not hasattr(cache, "check_fits"):
                 raise TypeError(tr("error.gpt_cache_type", got=describe(cache)))
             cache.check_fits(self.config, B, T)
+            dtype = self.token_embedding.weight.dtype
+            if getattr(cache, "k", None) is not None and cache.k.dtype != dtype:
+                raise ValueError(tr("error.cache_dtype", cache=cache.k.dtype, model=dtype))
         start = cache.pos if cache is not None else 0  # a decoded token keeps its place in the sequence
-        if start + T > self.config.block_size:
+        if start + T > self.config.block_size and self.position_embedding is not None:  # RoPE: no table that ends
             raise ValueError(tr("error.block_size", first=start, last=start + T - 1,
                                 block_size=self.config.block_size))
         positions = torch.arange(start, start + T, device=idx.device)  # [T]
@@ -335,15 +342,19 @@ class GPT(nn.Module):
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
             raise ValueError(tr("error.temperature", got=describe(temperature)))
         T_total = idx.size(1) + max_new_tokens
-        if T_total > self.config.block_size:
-            raise ValueError(tr("error.block_size", first=0, last=T_total - 1, block_size=self.config.block_size))
-        cache = KVCache(self.config, idx.size(0), T_total, device=idx.device,
+        if T_total > self.config.block_size and (use_cache or self.position_embedding is not None):
+            key = "error.block_size" if self.position_embedding is not None else "error.block_size_rope"
+            raise ValueError(tr(key, first=0, last=T_total - 1, block_size=self.config.block_size))
+        if max_new_tokens == 0:
+            return idx
+        cache = KVCache(self.config, idx.size(0), T_total - 1, device=idx.device,
                         dtype=self.token_embedding.weight.dtype) if use_cache else None
         logits, _ = self(idx, cache=cache)  # prefill: [B, T0, V]
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             next_id = pick_next(logits[:, -1], temperature, generator)  # [B, 1]
             idx = torch.cat([idx, next_id], dim=1)
-            logits, _ = self(next_id, cache=cache) if use_cache else self(idx)
+            if step + 1 < max_new_tokens:  # the last token needs no forward pass: nothing reads its logits
+                logits, _ = self(next_id, cache=cache) if use_cache else self(idx)
         return idx
 
 

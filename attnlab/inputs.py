@@ -119,3 +119,25 @@ def drop_leading_ones(value: torch.Tensor, dims: int) -> torch.Tensor:
     while value.dim() > dims and value.shape[0] == 1:
         value = value[0]
     return value
+
+
+def as_allowed_mask(name: str, mask, T_q: int, T_kv: int, batch: int = 1, heads: int = 1) -> torch.Tensor:
+    """``mask`` if it is a boolean mask (True = may read) of shape [T_q, T_kv] or [B, 1, T_q, T_kv].
+
+    B may be 1 or ``batch``, the head axis 1 or ``heads``. A float mask is refused with a
+    message that names the convention: SDPA adds a float ``attn_mask`` to the scores, so
+    ``allowed.float()`` (0/1) or an additive 0/-inf mask would run, with wrong numbers.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(tr("error.mask_type", name=name, T_q=T_q, T_kv=T_kv, got=describe(mask)))
+    if mask.dtype != torch.bool:
+        dtype = str(mask.dtype).removeprefix("torch.")
+        values = mask.detach()
+        if values.is_floating_point() and bool((values < 0).any()) and bool(((values == 0) | (values <= -1e4)).all()):
+            raise TypeError(tr("error.mask_additive", name=name, dtype=dtype))
+        raise TypeError(tr("error.mask_dtype", name=name, dtype=dtype))
+    shape = tuple(mask.shape)
+    if not (shape == (T_q, T_kv) or (len(shape) == 4 and shape[2:] == (T_q, T_kv)
+                                     and shape[0] in (1, batch) and shape[1] in (1, heads))):
+        raise ValueError(tr("error.mask_shape", name=name, T_q=T_q, T_kv=T_kv, B=batch, shape=shape))
+    return mask

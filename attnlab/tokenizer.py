@@ -10,6 +10,7 @@ the ``MASK`` token of masked language modelling (chapter 7, id 1).
 
 from __future__ import annotations
 
+import numbers
 from functools import lru_cache
 from importlib import resources
 
@@ -43,13 +44,18 @@ class CharTokenizer:
         return [self.ids.get(c, 0) for c in text]
 
     def decode(self, ids) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        from .i18n import tr
+        from .inputs import describe
+
+        if getattr(ids, "ndim", 1) != 1 or isinstance(ids, (str, bytes)):
+            raise TypeError(tr("error.decode_shape", got=describe(ids)))  # a batch [B, T]: decode one row
+        ids = ids.tolist() if hasattr(ids, "tolist") else [i.item() if getattr(i, "ndim", None) == 0 else i for i in ids]
+        if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in ids):
+            raise TypeError(tr("error.decode_shape", got=describe(ids)))
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
-            from .i18n import tr
-
             raise ValueError(tr("error.decode_ids", high=self.vocab_size - 1, bad=bad[:5]))
-        return "".join(self.chars[i] for i in ids)
+        return "".join(self.chars[int(i)] for i in ids)
 
 
 @lru_cache(maxsize=None)

@@ -12,6 +12,7 @@ from tests.test_taught_code import notebook_cells
 
 CHAPTER_6, CHAPTER_7 = "06-kv-cache", "07-bidirectional-attention"
 SKIP = ("time.perf_counter", "def train_tagger")  # timing and the tagging experiment: slow, sizes fixed
+SENTENCE = '"' + attnlab.tr("sentence", lang="en") + '"'  # tr("sentence") as the English notebook shows it
 
 
 def run_with_changes(chapter: str, changes: list[tuple[str, str]]) -> dict:
@@ -28,7 +29,7 @@ def run_with_changes(chapter: str, changes: list[tuple[str, str]]) -> dict:
     return namespace
 
 
-SHORT = [('tr("sentence")', '"Hi"'), ("attnlab.tokens()", '["Hi", "there"]')]
+SHORT = [(SENTENCE, '"Hi"'), ("attnlab.tokens()", '["Hi", "there"]')]
 TWELVE = " ".join(["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "12"])
 
 
@@ -36,7 +37,7 @@ TWELVE = " ".join(["one", "two", "three", "four", "five", "six", "seven", "eight
     SHORT + [("new_tokens = 24", "new_tokens = 3"), ("for prompt_len in (1, 4, 9):", "for prompt_len in (2, 30):"),
              ("t, H, d, n_new = 6, 4, 16, 3", "t, H, d, n_new = 4, 1, 8, 4"),
              ("B_example, T_example = 2, 64", "B_example, T_example = 1, 5")],
-    [('tr("sentence")', '"' + TWELVE[:38] + '"'), ("attnlab.tokens()", f'"{TWELVE}"'),
+    [(SENTENCE, '"' + TWELVE[:38] + '"'), ("attnlab.tokens()", f'"{TWELVE}"'),
      ("t, H, d, n_new = 6, 4, 16, 3", "t, H, d, n_new = 9, 2, 4, 1")],
 ], ids=["2 tokens", "12 tokens"])
 def test_chapter_6_runs_with_other_sizes(changes):
@@ -46,12 +47,12 @@ def test_chapter_6_runs_with_other_sizes(changes):
 
 def test_chapter_6_says_clearly_when_the_sentence_is_too_long_for_the_model():
     with pytest.raises(ValueError, match=r"max_len must be between 1 and the model's block_size = 64; got 84"):
-        run_with_changes(CHAPTER_6, [('tr("sentence")', '"' + "x" * 60 + '"')])
+        run_with_changes(CHAPTER_6, [(SENTENCE, '"' + "x" * 60 + '"')])
 
 
 @pytest.mark.parametrize("changes", [
     SHORT,
-    [('tr("sentence")', '"' + TWELVE[:60] + '"'), ("attnlab.tokens()", f'"{TWELVE}".split()'),
+    [(SENTENCE, '"' + TWELVE[:60] + '"'), ("attnlab.tokens()", f'"{TWELVE}".split()'),
      ("prefix = min(3, T)", "prefix = min(5, T)")],
 ], ids=["2 tokens", "12 tokens"])
 def test_chapter_7_runs_with_other_sizes(changes):

@@ -32,6 +32,39 @@ def test_explicit_attention_equals_sdpa(norm):
     assert torch.allclose(a(idx)[0], b(idx)[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "explicit"])
+def test_attention_dropout_applies_on_both_paths_and_only_in_training(attention):
+    from attnlab.gpt import SelfAttention
+
+    torch.manual_seed(0)
+    layer = SelfAttention(GPTConfig(vocab_size=50, n_embd=32, dropout=0.5, attention=attention))
+    x = torch.randn(2, 9, 32)
+    evaluated = layer.eval()(x)
+    torch.manual_seed(1)
+    trained = layer.train()(x)
+    assert not torch.allclose(trained, evaluated, atol=1e-3)  # explicit skipped its dropout before: equal here
+    torch.manual_seed(1)
+    assert torch.equal(layer(x), trained)  # the same seed, the same dropped weights
+    with torch.no_grad():  # dropout keeps the expected value (rescaled by 1 / (1 - p)): the mean comes back
+        many = torch.stack([layer(x) for _ in range(400)]).mean(0)
+    assert torch.allclose(many, evaluated, atol=0.1) and (trained - evaluated).abs().max() > 0.1
+    no_dropout = SelfAttention(GPTConfig(vocab_size=50, n_embd=32, attention=attention))
+    assert torch.equal(no_dropout.train()(x), no_dropout.eval()(x))
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_runs_one_forward_pass_per_new_token_but_none_after_the_last(use_cache):
+    model = small()
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape))
+    prompt = torch.randint(0, 50, (2, 5))
+    out = model.generate(prompt, 4, use_cache=use_cache)
+    assert out.shape == (2, 9) and len(calls) == 4  # prefill + 3 steps; the 4th token is never fed back
+    assert calls[0] == (2, 5) and calls[-1] == ((2, 1) if use_cache else (2, 8))
+    calls.clear()
+    assert torch.equal(model.generate(prompt, 0), prompt) and calls == []
+
+
 def test_the_causal_model_passes_the_prefix_test_and_the_unmasked_one_fails():
     a = torch.randint(0, 50, (1, 12))
     b = a.clone()

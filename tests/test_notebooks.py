@@ -155,6 +155,25 @@ def test_comments_are_localized_and_code_stays_identical(tmp_path):
     assert len(stripped) == 1
 
 
+def test_a_comment_with_a_lead_in_before_en_keeps_the_lead_in_and_one_language():
+    code = "real = left.any(-1)  # [B, H, T]: en: queries with something to read | de: Queries, die etwas lesen | zh: 有东西可读的查询"
+    assert notebooks.localize_code(code, "de") == "real = left.any(-1)  # [B, H, T]: Queries, die etwas lesen"
+    assert notebooks.localize_code(code, "zh").endswith("# [B, H, T]: 有东西可读的查询")
+    assert notebooks.localize_code('print("#")  # [T]: en: a | de: b | zh: c', "de") == 'print("#")  # [T]: b'
+
+
+GENERATED = sorted(p for section in (*notebooks.SOURCE_DIRS, *notebooks.GENERATED_DIRS) for lang in notebooks.LANGUAGES
+                   for p in (notebooks.ROOT / section / lang).glob("*.*") if p.suffix in (".ipynb", ".md"))
+
+
+@pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.relative_to(notebooks.ROOT).as_posix())
+def test_no_generated_file_shows_the_other_languages_of_a_comment(path):
+    nb = json.loads(path.read_text("utf-8")) if path.suffix == ".ipynb" else {"cells": [{"source": path.read_text("utf-8")}]}
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        assert "| de:" not in source and "| zh:" not in source, (cell.get("id"), source[:200])
+
+
 def test_a_comment_in_one_language_only_is_rejected(tmp_path):
     path = write_source(tmp_path, "```{code-cell}\n# en: only English\nx = 1\n```\n")
     with pytest.raises(notebooks.SourceError, match=r"99-test.md:\d+: .*needs '# de"):

@@ -84,7 +84,10 @@ def test_every_plotting_error_key_has_a_case():
     for module in (plotting, attnlab.inputs):
         keys |= {key for key in attnlab.i18n.catalog() if key.startswith("error.") and f'"{key}"' in
                  inspect.getsource(module)}
+    from test_wrong_inputs import CASES as WRONG_INPUTS  # inputs.as_allowed_mask: tested with forward_with_mask
+
     covered = {case[0] for case in CASES} | {"error.sentence_type"}  # tested with the widgets
+    covered |= {f"error.{case[0]}" for case in WRONG_INPUTS}
     assert keys <= covered, keys - covered
 
 

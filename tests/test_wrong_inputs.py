@@ -1,0 +1,115 @@
+"""Helpers that take a mask, positions, a cache or token ids refuse the wrong one, in the reader's language.
+
+One case per message (issue 22, point 6), each checked in English, German and Chinese.
+"""
+
+import pytest
+import torch
+
+from attnlab.batching import forward_with_mask
+from attnlab.gpt import KVCache
+from attnlab.mask_builder import batch_mask, mask_mod
+from attnlab.tokenizer import course_tokenizer
+from attnlab.window_cache import WindowKVCache, decode_greedy
+from language_checks import assert_message_in_languages
+from small_models import small_gpt
+
+T = 6
+IDX = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(0))
+ALLOWED = batch_mask(mask_mod("causal"), 2, T)  # [2, 1, T, T] bool
+POSITIONS = torch.arange(T).expand(2, T)
+
+
+def run(allowed=ALLOWED, positions=POSITIONS, **options):
+    return lambda: forward_with_mask(small_gpt(**options), IDX, allowed, positions)
+
+
+CASES = [  # (key, exception, call, {lang: words})
+    ("mask_type", TypeError, run(allowed=ALLOWED.tolist()),
+     {"en": ["allowed must be a bool tensor (True = may read)", "[B, H, 6, 6]", "got [[[[True"],
+      "de": ["allowed muss ein bool-Tensor sein (True = darf lesen)"], "zh": ["allowed 必须是布尔张量（True = 可以读取）"]}),
+    ("mask_dtype", TypeError, run(allowed=ALLOWED.float()),
+     {"en": ["allowed must be a boolean mask (True = may read); got dtype float32", "allowed.bool()"],
+      "de": ["allowed muss eine boolesche Maske sein", "float32", "allowed.bool()"],
+      "zh": ["allowed 必须是布尔掩码", "float32", "allowed.bool()"]}),
+    ("mask_additive", TypeError, run(allowed=torch.zeros(T, T).masked_fill(~ALLOWED[0, 0], float("-inf"))),
+     {"en": ["additive float32 mask (0 = read, -inf = blocked)", "allowed == 0"],
+      "de": ["additive float32-Maske (0 = lesen, -inf = gesperrt)", "allowed == 0"],
+      "zh": ["float32 加性掩码（0 = 读取，-inf = 屏蔽）", "allowed == 0"]}),
+    ("mask_shape", ValueError, run(allowed=ALLOWED[:, 0]),
+     {"en": ["allowed must have shape [6, 6] or [B, 1, 6, 6] with B = 1 or 2; got shape (2, 6, 6)"],
+      "de": ["allowed muss die Form [6, 6] oder [B, 1, 6, 6] mit B = 1 oder 2 haben", "(2, 6, 6)"],
+      "zh": ["allowed 的形状必须是 [6, 6] 或 [B, 1, 6, 6]", "(2, 6, 6)"]}),
+    ("mask_empty", ValueError, run(allowed=torch.zeros(T, T, dtype=torch.bool)),
+     {"en": ["allowed lets no query read any key", "inverted", "~allowed"],
+      "de": ["allowed lässt keine Query irgendeinen Key lesen", "invertiert"], "zh": ["allowed 不允许任何查询读取任何键"]}),
+    ("mask_future", ValueError, run(allowed=~ALLOWED),
+     {"en": ["allowed lets query 0 read the later key 1 (row 0 of the batch)", "causal & allowed"],
+      "de": ["allowed lässt Query 0 den späteren Key 1 lesen", "causal & allowed"],
+      "zh": ["allowed 让查询 0 读取了更靠后的键 1", "causal & allowed"]}),
+    ("position_ids", ValueError, run(positions=POSITIONS.float()),
+     {"en": ["position_ids must be a tensor of whole numbers", "float32"], "de": ["position_ids muss ein Tensor aus ganzen Zahlen"],
+      "zh": ["position_ids 必须是整数张量"]}),
+    ("position_ids_range", ValueError, run(positions=POSITIONS + 40),
+     {"en": ["position_ids run from 40 to 45, but the model's position embeddings cover only 0..31 (block_size = 32)"],
+      "de": ["position_ids reichen von 40 bis 45", "0..31"], "zh": ["position_ids 从 40 到 45", "0..31"]}),
+    ("block_size_rope", ValueError, lambda: small_gpt(positions="rope").generate(IDX, 40),
+     {"en": ["A RoPE model has no position embeddings that end there", "WindowKVCache", "block_size = 32"],
+      "de": ["Ein RoPE-Modell hat keine Positions-Embeddings, die dort enden"], "zh": ["RoPE 模型没有在这里结束的位置嵌入"]}),
+    ("cache_dtype", ValueError,
+     lambda: small_gpt()(IDX[:1], cache=KVCache(small_gpt().config, 1, 10, dtype=torch.bfloat16)),
+     {"en": ["The cache stores torch.bfloat16, the model computes in torch.float32", "dtype=torch.float32"],
+      "de": ["Der Cache speichert torch.bfloat16, das Modell rechnet in torch.float32"],
+      "zh": ["cache 存储的是 torch.bfloat16，模型却用 torch.float32 计算"]}),
+    ("decode_shape", TypeError, lambda: course_tokenizer().decode(torch.zeros(1, 5, dtype=torch.long)),
+     {"en": ["decode takes one sequence of token ids", "Tensor (1, 5)", "decode(ids[0])"],
+      "de": ["decode erwartet eine Folge von Token-IDs", "decode(ids[0])"], "zh": ["decode 接受一条 token id 序列", "decode(ids[0])"]}),
+]
+
+
+@pytest.mark.parametrize("key, exception, call, words", CASES, ids=[case[0] for case in CASES])
+def test_each_wrong_input_gets_its_message_in_every_language(key, exception, call, words):
+    assert set(words) == {"en", "de", "zh"}
+    assert_message_in_languages(exception, call, words)
+
+
+def test_every_new_message_has_a_case():
+    from attnlab.i18n import catalog
+
+    new = {"mask_type", "mask_dtype", "mask_additive", "mask_shape", "mask_empty", "mask_future", "position_ids",
+           "position_ids_range", "block_size_rope", "cache_dtype", "decode_shape"}
+    assert new <= {key.removeprefix("error.") for key in catalog()}
+    assert {case[0] for case in CASES} == new
+
+
+def test_right_masks_still_run_and_a_padding_row_that_reads_nothing_is_allowed():
+    model = small_gpt()
+    allowed = ALLOWED.clone()
+    allowed[1, :, :2] = False  # left padding: the two pad queries of row 1 read nothing
+    with torch.no_grad():
+        assert forward_with_mask(model, IDX, allowed, POSITIONS).shape == (2, T, 50)
+        assert forward_with_mask(model, IDX, ALLOWED[0, 0], torch.arange(T)).shape == (2, T, 50)  # [T, T] and [T]
+    bidirectional = small_gpt(causal=False)
+    with torch.no_grad():
+        forward_with_mask(bidirectional, IDX, torch.ones(T, T, dtype=torch.bool), POSITIONS)  # an encoder may read ahead
+
+
+def test_a_rope_model_decodes_past_block_size_with_a_window_cache():
+    model = small_gpt(positions="rope", window=4, block_size=16)
+    prompt = IDX[:1]
+    tokens = decode_greedy(model, prompt, 30, WindowKVCache(model.config, 1))
+    assert tokens.shape == (1, T + 30)
+    assert torch.equal(tokens, model.generate(prompt, 30, use_cache=False))  # recomputation, no cache: same tokens
+    with pytest.raises(ValueError, match="position embeddings end there"):  # learned positions still end
+        small_gpt(block_size=16)(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_decode_still_takes_a_list_a_1d_tensor_and_numpy_ints():
+    import numpy as np
+
+    tok = course_tokenizer()
+    ids = tok.encode("abc")
+    assert tok.decode(ids) == tok.decode(torch.tensor(ids)) == tok.decode(list(np.array(ids))) == "abc"
+    assert tok.decode(list(torch.tensor(ids))) == "abc"  # a list of 0-d tensors (iterating a tensor gives them)
+    with pytest.raises(TypeError, match="decode takes one sequence"):
+        tok.decode(list(torch.tensor([ids, ids])))  # a list of rows
