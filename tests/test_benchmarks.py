@@ -15,6 +15,9 @@ def test_smoke_benchmark_writes_its_three_files(tmp_path):
         assert row["max_abs_diff_sdpa_vs_naive"] < 1e-5 and row["max_abs_diff_blocked_vs_naive"] < 1e-5
         assert row["sdpa_causal_peak_MiB"] < row["naive_peak_MiB"]
     assert all(row["same_tokens"] for row in result["decode"])
+    for row in result["backward"]:  # chapter 11: the blocked backward never holds a [T, T] tensor
+        assert row["grads_within_tolerance"] and row["blocked_backward_peak_MiB"] < row["naive_backward_peak_MiB"]
+        assert row["blocked_saved_MiB"] < row["naive_saved_MiB"]
     memory = result["kv_cache_memory"]
     assert memory["bytes_formula"] == memory["bytes_measured"]
     assert result["machine"]["torch"]
