@@ -34,6 +34,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from attnlab.attention import causal_attention  # noqa: E402
 from attnlab.blocked import blocked_attention  # noqa: E402
+from attnlab.blocked_backward import (attention_grads, blocked_backward, blocked_forward,  # noqa: E402
+                                      saved_bytes_formula)
 from attnlab.gpt import GPT, GPTConfig, KVCache  # noqa: E402
 from attnlab.memory import peak_bytes  # noqa: E402
 
@@ -52,13 +54,15 @@ class Sizes:
     repeats: int  # timed repetitions of a single measurement (the median is reported)
     pair_repeats: int  # rounds of a side-by-side pair (causal and full, cache and none)
     model: dict  # GPTConfig fields of the decode model
+    backward_T: tuple[int, ...] = (64, 128)  # sequence lengths for the backward rows (chapter 11)
 
 
 SIZES = {
     "smoke": Sizes((64, 128), 2, 32, (16, 32), 4, 2, 3, dict(n_layer=2, n_head=4, n_embd=64)),
-    "default": Sizes((256, 1024, 4096), 4, 128, (128, 512, 2048), 16, 5, 9, dict(n_layer=4, n_head=4, n_embd=128)),
+    "default": Sizes((256, 1024, 4096), 4, 128, (128, 512, 2048), 16, 5, 9, dict(n_layer=4, n_head=4, n_embd=128),
+                     (1024, 4096)),
     "full": Sizes((256, 1024, 4096, 8192), 8, 128, (128, 512, 2048, 4096), 32, 7, 11,
-                  dict(n_layer=6, n_head=6, n_embd=384)),
+                  dict(n_layer=6, n_head=6, n_embd=384), (1024, 4096, 8192)),
 }
 
 
@@ -161,6 +165,43 @@ def attention_rows(sizes: Sizes, device: torch.device) -> list[dict]:
         rows.append(row)
         print(f"  attention T={T}: naive {row['naive_ms']:.1f} ms, SDPA {row['sdpa_causal_ms']:.1f} ms, "
               f"blocked {row['blocked_causal_ms']:.1f} ms", flush=True)
+    return rows
+
+
+def backward_rows(sizes: Sizes, device: torch.device) -> list[dict]:
+    """Chapter 11: the backward pass of causal attention, naive (chapter 1's formulas on whole
+    matrices, ``attention_grads``) vs blocked (``blocked_backward``, recomputing P from O and L),
+    and SDPA's own backward: time, peak tensor memory of the backward call, bytes saved for it."""
+    rows = []
+    for T in sizes.backward_T:
+        torch.manual_seed(0)
+        q, k, v, d_out = torch.randn(4, 1, sizes.heads, T, 64, device=device).unbind(0)  # [B, H, T, d] each
+        allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        with torch.no_grad():
+            out, lse, _ = blocked_forward(q, k, v, sizes.block)
+        naive = lambda: attention_grads(q, k, v, d_out, allowed)  # noqa: E731
+        blocked = lambda: blocked_backward(q, k, v, out, lse, d_out, sizes.block)  # noqa: E731
+        grad_in = [t.clone().requires_grad_() for t in (q, k, v)]
+        sdpa_out = F.scaled_dot_product_attention(*grad_in, is_causal=True)
+        sdpa = lambda: sdpa_out.backward(d_out, retain_graph=True)  # noqa: E731
+        row = {"T": T, "H": sizes.heads, "d": 64, "block": sizes.block}
+        with torch.no_grad():
+            pair = paired_seconds(wall_seconds(blocked, device), wall_seconds(naive, device), sizes.pair_repeats)
+            row["blocked_backward_ms"], row["naive_backward_ms"] = 1e3 * pair["a"], 1e3 * pair["b"]
+            row["time_ratio_blocked_vs_naive"] = pair["ratio"]  # median of per-round ratios, with the spread
+            for name, fn in (("naive", naive), ("blocked", blocked)):
+                row[f"{name}_backward_peak_MiB"] = peak_bytes(fn) / 2**20 if device.type == "cpu" else None
+            naive_grads, blocked_grads = naive(), blocked()[:3]
+        row["sdpa_backward_ms"] = 1e3 * median_seconds(sdpa, device, sizes.repeats)
+        p_bytes, ol_bytes = saved_bytes_formula(1, sizes.heads, T, 64)
+        row["naive_saved_MiB"], row["blocked_saved_MiB"] = p_bytes / 2**20, ol_bytes / 2**20
+        if device.type == "cpu":
+            row["peak_ratio_blocked_vs_naive"] = row["blocked_backward_peak_MiB"] / row["naive_backward_peak_MiB"]
+        row["grads_within_tolerance"] = all(torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+                                            for a, b in zip(naive_grads, blocked_grads))
+        rows.append(row)
+        print(f"  backward T={T}: naive {row['naive_backward_ms']:.1f} ms, blocked {row['blocked_backward_ms']:.1f} ms,"
+              f" SDPA {row['sdpa_backward_ms']:.1f} ms", flush=True)
     return rows
 
 
@@ -267,6 +308,21 @@ def markdown(result: dict) -> str:
     for r in result["attention"]:
         lines.append(f"| {r['T']} | {r['block']} | {r['tiles_skipped']} / {r['tiles_total']} | "
                      f"{r['flops_ratio_counted']:.4f} | {r['flops_ratio_theory']:.4f} |")
+    if result.get("backward"):
+        lines += ["", "## Backward pass of causal attention: naive vs blocked vs SDPA (B=1, d=64; chapter 11)", "",
+                  "Naive: chapter 1's gradient formulas on whole matrices; blocked: the tile loop that recomputes "
+                  "P from O and the logsumexp. Peak = tensors the backward call allocates; saved = what the "
+                  "forward keeps for it (P against O and L).", "",
+                  "| T | H | naive ms | blocked ms | blocked/naive time | SDPA ms | naive peak MiB | blocked peak MiB "
+                  "| blocked/naive peak | saved MiB naive / blocked | grads agree |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in result["backward"]:
+            peak_ratio = r.get("peak_ratio_blocked_vs_naive")
+            lines.append(f"| {r['T']} | {r['H']} | {r['naive_backward_ms']:.1f} | {r['blocked_backward_ms']:.1f} | "
+                         f"{spread(r['time_ratio_blocked_vs_naive'])} | {r['sdpa_backward_ms']:.1f} | "
+                         f"{mib(r['naive_backward_peak_MiB'])} | {mib(r['blocked_backward_peak_MiB'])} | "
+                         f"{'-' if peak_ratio is None else f'{peak_ratio:.3f}'} | "
+                         f"{r['naive_saved_MiB']:.2f} / {r['blocked_saved_MiB']:.2f} | {r['grads_within_tolerance']} |")
     mem = result["kv_cache_memory"]
     lines += ["", f"## Greedy decoding with and without the KV cache (small GPT, {mem['parameters']:,} parameters)",
               "", "| context | new tokens | tokens/s with cache | tokens/s without | speedup | same tokens |",
@@ -317,6 +373,7 @@ def run(size: str, device: torch.device) -> dict:
     sizes = SIZES[size]
     print(f"benchmarks ({size}) on {device.type}", flush=True)
     attention = attention_rows(sizes, device)
+    backward = backward_rows(sizes, device)
     decode, memory = decode_rows(sizes, device)
     last = attention[-1]
     ratio = last["sdpa_causal_over_full"]["median"]
@@ -326,7 +383,7 @@ def run(size: str, device: torch.device) -> dict:
              f"construction: causal/full = {last['blocked_causal_over_full']['median']:.2f} "
              f"against a counted FLOP ratio of {last['flops_ratio_counted']:.2f}.")
     return {"size": size, "date": time.strftime("%Y-%m-%d"), "machine": machine(device), "attention": attention,
-            "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,
+            "backward": backward, "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,
             "notes": notes}
 
 

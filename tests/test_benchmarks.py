@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from benchmarks import run
 
 
@@ -21,6 +23,9 @@ def test_smoke_benchmark_writes_its_three_files(tmp_path):
     assert all(row["speedup_spread"]["min"] <= row["speedup"] <= row["speedup_spread"]["max"]
                for row in result["decode"])
     assert result["machine"]["cpu_capability"]  # the native path the benchmarks measured
+    for row in result["backward"]:  # chapter 11: the blocked backward never holds a [T, T] tensor
+        assert row["grads_within_tolerance"] and row["blocked_backward_peak_MiB"] < row["naive_backward_peak_MiB"]
+        assert row["naive_saved_MiB"] / row["blocked_saved_MiB"] == pytest.approx(row["T"] / (row["d"] + 1))
     memory = result["kv_cache_memory"]
     assert memory["bytes_formula"] == memory["bytes_measured"]
     assert result["machine"]["torch"]

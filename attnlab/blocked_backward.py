@@ -1,0 +1,261 @@
+"""The backward pass of blocked causal attention (chapter 11): recompute, do not store.
+
+Chapter 3's blocked attention never holds the [T, T] scores in the forward
+pass. Training needs gradients, and autograd of the explicit attention of
+chapter 1 keeps the probabilities P [..., T, T] of every layer until the
+backward pass. FlashAttention-2's backward (Dao 2023, arXiv 2307.08691,
+section 3.1.2 and Algorithm 2) keeps only the output O and the row-wise
+logsumexp L [..., T] and recomputes each tile's probabilities from them:
+``P_ij = exp(S_ij - L_i)``. With ``D = rowsum(dO * O)``:
+
+    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),
+    dQ = dS K / sqrt(d),   dK = dS^T Q / sqrt(d).
+
+:func:`attention_grads` writes these formulas out on whole matrices;
+:func:`blocked_forward` is chapter 3's loop that also returns L;
+:func:`blocked_backward` is the tile loop (key tiles outside, query tiles
+inside, as in Algorithm 2), skipping the tiles above the diagonal exactly
+as the forward does; :class:`BlockedAttention` joins them as a
+``torch.autograd.Function``. Chapter 11 shows ``attention_grads``,
+``tile_grads`` and ``blocked_backward`` in the notebook; a test keeps that
+code and this module equal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .attention import attention
+from .blocked import OnlineSoftmax, check_blocked_inputs, tile_kind
+from .i18n import tr
+
+
+@dataclass
+class PassCounts:
+    """Tiles computed and skipped by one pass, and the multiply-adds x 2 of its matrix products."""
+    full: int = 0
+    diagonal: int = 0
+    skipped: int = 0
+    matmul_flops: int = 0
+
+    @property
+    def computed(self) -> int:
+        return self.full + self.diagonal
+
+
+# --------------------------------------------------------------------------- by hand, whole matrices
+
+
+def attention_grads(q, k, v, d_out, allowed=None):
+    scale = 1 / math.sqrt(q.size(-1))
+    scores = q @ k.transpose(-2, -1) * scale  # S [..., T_q, T_kv]
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    p = scores.softmax(dim=-1)  # P: a masked entry is exactly 0
+    out = p @ v  # O
+    D = (d_out * out).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O) [..., T_q, 1]
+    dv = p.transpose(-2, -1) @ d_out  # dV = P^T dO
+    dp = d_out @ v.transpose(-2, -1)  # dP = dO V^T
+    ds = p * (dp - D)  # dS = P * (dP - D): the softmax backward
+    dq = ds @ k * scale  # dQ = dS K / sqrt(d)
+    dk = ds.transpose(-2, -1) @ q * scale  # dK = dS^T Q / sqrt(d)
+    return dq, dk, dv
+
+
+class ByHand(torch.autograd.Function):
+    """Chapter 1's explicit attention whose backward is :func:`attention_grads`, for gradcheck."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, allowed):
+        ctx.save_for_backward(q, k, v, allowed)
+        return attention(q, k, v, allowed)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, allowed = ctx.saved_tensors
+        return *attention_grads(q, k, v, d_out, allowed), None
+
+
+# --------------------------------------------------------------------------- one tile
+
+
+def tile_grads(q, k, v, d_out, lse, D, blocked=None):
+    scale = 1 / math.sqrt(q.size(-1))
+    scores = (q @ k.transpose(-2, -1)).float() * scale  # S_ij [..., bq, bk], recomputed
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float("-inf"))
+    p = torch.exp(scores - lse[..., None])  # P_ij = exp(S_ij - L_i), no softmax needed
+    dv = p.transpose(-2, -1) @ d_out.float()  # this tile's share of dV_j
+    dp = d_out.float() @ v.float().transpose(-2, -1)
+    ds = p * (dp - D[..., None])
+    dq = ds @ k.float() * scale  # this tile's share of dQ_i
+    dk = ds.transpose(-2, -1) @ q.float() * scale  # this tile's share of dK_j
+    return dq, dk, dv
+
+
+def tile_mask(kind, q_pos, k_pos, keep):
+    """The entries of a tile to mask ([..., bq, bk] bool), or None when none is."""
+    blocked = None
+    if kind == "diagonal":
+        blocked = k_pos[None, :] > q_pos[:, None]  # the future inside the tile
+    if keep is not None:  # keep [B, T_kv]: False for padding keys
+        padding = ~keep[:, None, None, k_pos]
+        blocked = padding if blocked is None else blocked | padding
+    return blocked
+
+
+# --------------------------------------------------------------------------- forward that keeps L
+
+
+def _check(q, k, v, block, causal, keep):
+    check_blocked_inputs(q, k, v, block, causal)
+    if keep is not None and (keep.dtype != torch.bool or q.dim() != 4 or keep.shape != (q.shape[0], k.shape[-2])):
+        raise ValueError(tr("ch11.error_keep", expected=(q.shape[0], k.shape[-2]), got=tuple(keep.shape),
+                            dtype=str(keep.dtype).removeprefix("torch.")))
+
+
+def blocked_forward(q, k, v, block=64, causal=True, keep=None):
+    """Chapter 3's blocked attention, returning also the row-wise logsumexp L.
+
+    q [..., T_q, d], k and v [..., T_kv, d]; ``keep`` [B, T_kv] bool (False: a padding
+    key) for q of shape [B, H, T_q, d]. Returns (O [..., T_q, d_v], L [..., T_q] float32,
+    PassCounts).
+    """
+    _check(q, k, v, block, causal, keep)
+    T_q, T_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    offset, positions = T_kv - T_q, torch.arange(T_kv, device=q.device)
+    counts = PassCounts()
+    out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    for q_start in range(0, T_q, block):
+        q_end = min(q_start + block, T_q)
+        q_tile = q[..., q_start:q_end, :] / math.sqrt(d)
+        state = OnlineSoftmax(q_tile.shape[:-1], v.shape[-1], q.device)
+        for k_start in range(0, T_kv, block):
+            k_end = min(k_start + block, T_kv)
+            kind = tile_kind(offset + q_start, offset + q_end, k_start, k_end) if causal else "full"
+            if kind == "skipped":
+                counts.skipped += 1
+                continue
+            setattr(counts, kind, getattr(counts, kind) + 1)
+            counts.matmul_flops += 2 * (q_end - q_start) * (k_end - k_start) * (d + v.shape[-1]) \
+                * math.prod(q.shape[:-2])  # S = Q K^T and P V
+            scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).float()
+            blocked = tile_mask(kind, positions[offset + q_start:offset + q_end], positions[k_start:k_end], keep)
+            if blocked is not None:
+                scores = scores.masked_fill(blocked, float("-inf"))
+            state.add(scores, v[..., k_start:k_end, :])
+        out[..., q_start:q_end, :] = state.result(q.dtype)
+        lse[..., q_start:q_end] = state.m + torch.log(state.l)  # L = m + log(l): all the backward needs
+    return out, lse, counts
+
+
+# --------------------------------------------------------------------------- backward over tiles
+
+
+def blocked_backward(q, k, v, out, lse, d_out, block=64, causal=True, keep=None):
+    T_q, T_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    offset, positions = T_kv - T_q, torch.arange(T_kv, device=q.device)
+    D = (d_out.float() * out.float()).sum(dim=-1)  # D = rowsum(dO * O) [..., T_q], once
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
+    dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+    counts = PassCounts()
+    for k_start in range(0, T_kv, block):  # outer loop: one key tile, its dK_j and dV_j stay here
+        k_end = min(k_start + block, T_kv)
+        for q_start in range(0, T_q, block):  # inner loop: every query tile that reads it
+            q_end = min(q_start + block, T_q)
+            kind = tile_kind(offset + q_start, offset + q_end, k_start, k_end) if causal else "full"
+            if kind == "skipped":
+                counts.skipped += 1
+                continue  # P is 0 there: no gradient to compute, as in the forward
+            setattr(counts, kind, getattr(counts, kind) + 1)
+            counts.matmul_flops += 2 * (q_end - q_start) * (k_end - k_start) * (3 * d + 2 * v.shape[-1]) \
+                * math.prod(q.shape[:-2])  # S, dV, dP, dQ, dK
+            qs, ks = slice(q_start, q_end), slice(k_start, k_end)
+            blocked = tile_mask(kind, positions[offset + q_start:offset + q_end], positions[ks], keep)
+            tile_dq, tile_dk, tile_dv = tile_grads(q[..., qs, :], k[..., ks, :], v[..., ks, :], d_out[..., qs, :],
+                                                   lse[..., qs], D[..., qs], blocked)
+            dq[..., qs, :] += tile_dq
+            dk[..., ks, :] += tile_dk
+            dv[..., ks, :] += tile_dv
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), counts
+
+
+class BlockedAttention(torch.autograd.Function):
+    """Blocked attention that saves q, k, v, O and L for backward, never P."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, block, causal, keep):
+        out, lse, _ = blocked_forward(q, k, v, block, causal, keep)
+        ctx.save_for_backward(q, k, v, out, lse, *(() if keep is None else (keep,)))
+        ctx.block, ctx.causal = block, causal
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse, *keep = ctx.saved_tensors
+        dq, dk, dv, _ = blocked_backward(q, k, v, out, lse, d_out, ctx.block, ctx.causal, keep[0] if keep else None)
+        return dq, dk, dv, None, None, None
+
+
+def blocked_attention_train(q, k, v, block=64, causal=True, keep=None):
+    """Differentiable blocked attention: [..., T_q, d] x [..., T_kv, d] -> [..., T_q, d_v]."""
+    _check(q, k, v, block, causal, keep)
+    return BlockedAttention.apply(q, k, v, block, causal, keep)
+
+
+# --------------------------------------------------------------------------- what is saved, counted
+
+
+def saved_tensors(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` and list what autograd saves for backward, beyond the inputs.
+
+    Returns (result, [(shape, dtype, bytes)] of each new storage once). Measured with
+    ``torch.autograd.graph.saved_tensors_hooks``: the pack hook sees every saved tensor.
+    """
+    inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+    seen, saved = set(), []
+
+    def pack(tensor):
+        key = tensor.untyped_storage().data_ptr()
+        if key not in inputs and key not in seen:
+            seen.add(key)
+            saved.append((tuple(tensor.shape), tensor.dtype, tensor.untyped_storage().nbytes()))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = fn(*args, **kwargs)
+    return result, saved
+
+
+def saved_bytes_formula(B, H, T, d_v, element_size=4):
+    """(explicit attention: P [B, H, T, T]; blocked: O [B, H, T, d_v] and L [B, H, T] float32)."""
+    return B * H * T * T * element_size, B * H * T * d_v * element_size + B * H * T * 4
+
+
+@contextlib.contextmanager
+def blocked_attention_in(model, block=64):
+    """Inside ``with``: every ``SelfAttention`` of the course's GPT attends with
+    :func:`blocked_attention_train` instead of SDPA (full-length causal self-attention only)."""
+    from .gpt import SelfAttention
+
+    modules = [m for m in model.modules() if isinstance(m, SelfAttention)]
+    for module in modules:
+        config = module.config
+        what = [name for name, odd in [("causal=False", not config.causal), (f"window={config.window}",
+                config.window is not None), (f"n_kv_head={module.n_kv_head}", module.n_kv_head != module.n_head),
+                (f"dropout={config.dropout} (training=True)", bool(config.dropout) and model.training)] if odd]
+        if what:
+            raise ValueError(tr("ch11.error_gpt", what=", ".join(what)))
+    for module in modules:
+        module.attend = lambda q, k, v: blocked_attention_train(q, k, v, block=block)
+    try:
+        yield model
+    finally:
+        for module in modules:
+            del module.attend  # the class's method again

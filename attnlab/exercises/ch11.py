@@ -1,0 +1,204 @@
+"""Exercise 11 (exercises/src/11-backward-pass.md): the softmax backward dS from P, dP and
+D; one tile of the blocked backward pass; the bytes autograd saves; the FLOPs of the
+causal backward pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..grader import Case, Task
+from . import case_device
+
+EXERCISE = "11-backward-pass"
+
+
+def _randn(generator, *shape):
+    return torch.randn(*shape, generator=generator, dtype=torch.float64).to(case_device())
+
+
+# --------------------------------------------------------------------------
+# 1. score_grad(p, dp, d_out, out): dS = P * (dP - D), D = rowsum(dO * O)
+
+
+def score_grad(p, dp, d_out, out):
+    D = (d_out * out).sum(dim=-1, keepdim=True)
+    return p * (dp - D)
+
+
+def _softmax_case(generator, B, T, d, masked):
+    scores = _randn(generator, B, T, T)
+    if masked:
+        future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(diagonal=1)
+        scores = scores.masked_fill(future, float("-inf"))
+    p = scores.softmax(dim=-1)
+    v, d_out = _randn(generator, B, T, d), _randn(generator, B, T, d)
+    out = p @ v
+    return p, d_out @ v.transpose(-2, -1), d_out, out
+
+
+def score_grad_cases(generator):
+    return [Case(_softmax_case(generator, B, T, d, masked), label=f"B={B}, T={T}, d={d}, causal={masked}")
+            for B, T, d, masked in [(1, 5, 3, True), (2, 6, 4, False), (3, 7, 2, True), (1, 9, 5, True)]]
+
+
+SCORE_GRAD = Task(
+    id="ch11.score_grad", exercise=EXERCISE, reference=score_grad, cases=score_grad_cases,
+    mutants={
+        "forgets_d": lambda p, dp, d_out, out: p * dp,
+        "forgets_p": lambda p, dp, d_out, out: dp - (d_out * out).sum(dim=-1, keepdim=True),
+        "d_outside": lambda p, dp, d_out, out: p * dp - (d_out * out).sum(dim=-1, keepdim=True),
+        "d_over_queries": lambda p, dp, d_out, out: p * (dp - (p * dp).sum(dim=-2, keepdim=True)),
+    },
+    alternatives=[
+        lambda p, dp, d_out, out: p * (dp - (p * dp).sum(dim=-1, keepdim=True)),  # rowsum(P * dP) = rowsum(dO * O)
+        lambda p, dp, d_out, out: p * dp - p * torch.einsum("bqd,bqd->bq", d_out, out)[..., None],
+        lambda p, dp, d_out, out: (torch.diag_embed(p) - p[..., :, None] * p[..., None, :]).matmul(
+            dp[..., None]).squeeze(-1),  # the softmax Jacobian, row by row
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. tile_backward(q, k, v, d_out, lse, D, blocked): one tile's shares of dQ, dK, dV
+
+
+def tile_backward(q, k, v, d_out, lse, D, blocked):
+    scale = 1 / math.sqrt(q.size(-1))
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(blocked, float("-inf"))
+    p = torch.exp(scores - lse[:, None])
+    dv = p.T @ d_out
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k * scale, ds.T @ q * scale, dv
+
+
+def _tile_case(generator, T, block, i, j, d):
+    """The tile (query tile i, key tile j) of a causal [T, T] attention with its true L and D."""
+    q, k, v, d_out = (_randn(generator, T, d) for _ in range(4))
+    allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    p = (q @ k.T / math.sqrt(d)).masked_fill(~allowed, float("-inf"))
+    lse, p = p.logsumexp(dim=-1), p.softmax(dim=-1)
+    D = (d_out * (p @ v)).sum(dim=-1)
+    qs, ks = slice(i * block, (i + 1) * block), slice(j * block, (j + 1) * block)
+    return q[qs], k[ks], v[ks], d_out[qs], lse[qs], D[qs], ~allowed[qs, ks]
+
+
+def tile_cases(generator):
+    return [Case(_tile_case(generator, T, block, i, j, d), label=f"T={T}, block={block}, tile=({i},{j}), d={d}")
+            for T, block, i, j, d in [(12, 4, 1, 1, 4), (12, 4, 2, 0, 3), (15, 5, 2, 2, 2), (16, 4, 3, 1, 5),
+                                      (10, 5, 1, 1, 6)]]
+
+
+def _unmasked_tile(q, k, v, d_out, lse, D, blocked):
+    return tile_backward(q, k, v, d_out, lse, D, torch.zeros_like(blocked))
+
+
+def _tile_with_softmax(q, k, v, d_out, lse, D, blocked):
+    scale = q.size(-1) ** -0.5
+    scores = torch.where(blocked, float("-inf"), torch.einsum("qd,kd->qk", q, k) * scale)
+    p = (scores - lse[:, None]).exp()
+    ds = p * (torch.einsum("qd,kd->qk", d_out, v) - D[:, None])
+    return torch.einsum("qk,kd->qd", ds, k) * scale, torch.einsum("qk,qd->kd", ds, q) * scale, \
+        torch.einsum("qk,qd->kd", p, d_out)
+
+
+TILE_BACKWARD = Task(
+    id="ch11.tile_backward", exercise=EXERCISE, reference=tile_backward, cases=tile_cases,
+    mutants={
+        "forgets_d": lambda q, k, v, d_out, lse, D, blocked: tile_backward(q, k, v, d_out, lse, torch.zeros_like(D),
+                                                                         blocked),
+        "scale_wrong_side": lambda q, k, v, d_out, lse, D, blocked: tuple(
+            g * q.size(-1) if n < 2 else g for n, g in enumerate(tile_backward(q, k, v, d_out, lse, D, blocked))),
+        "unscaled_grads": lambda q, k, v, d_out, lse, D, blocked: tuple(
+            g * math.sqrt(q.size(-1)) if n < 2 else g
+            for n, g in enumerate(tile_backward(q, k, v, d_out, lse, D, blocked))),
+        "unmasked_p": _unmasked_tile,
+        "softmax_of_tile": lambda q, k, v, d_out, lse, D, blocked: tile_backward(
+            q, k, v, d_out, (q @ k.T / math.sqrt(q.size(-1))).masked_fill(blocked, float("-inf")).logsumexp(-1),
+            D, blocked),
+    },
+    alternatives=[_tile_with_softmax],
+)
+
+
+# --------------------------------------------------------------------------
+# 3. saved_bytes(B, H, T, d, element_size): (explicit attention's P, blocked attention's O and L)
+
+
+def saved_bytes(B, H, T, d, element_size):
+    return B * H * T * T * element_size, B * H * T * d * element_size + B * H * T * 4
+
+
+def saved_cases(generator):
+    return [Case((B, H, T, d, size), label=f"B={B}, H={H}, T={T}, d={d}, element_size={size}")
+            for B, H, T, d, size in [(1, 2, 16, 8, 4), (2, 4, 64, 16, 2), (3, 1, 10, 32, 4), (1, 6, 128, 64, 2)]]
+
+
+SAVED_BYTES = Task(
+    id="ch11.saved_bytes", exercise=EXERCISE, reference=saved_bytes, cases=saved_cases,
+    mutants={
+        "forgets_lse": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * d * s),
+        "forgets_heads": lambda B, H, T, d, s: (B * T * T * s, B * T * d * s + B * T * 4),
+        "lse_per_tile_entry": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * d * s + B * H * T * T * 4),
+        "elements_not_bytes": lambda B, H, T, d, s: (B * H * T * T, B * H * T * d + B * H * T),
+        "lse_in_input_dtype": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * (d + 1) * s),
+    },
+    alternatives=[
+        lambda B, H, T, d, s: (math.prod((B, H, T, T)) * s, math.prod((B, H, T)) * (d * s + 4)),
+        lambda B, H, T, d, s: (torch.empty(B, H, T, T, dtype={2: torch.float16, 4: torch.float32}[s]).nbytes,
+                               torch.empty(B, H, T, d, dtype={2: torch.float16, 4: torch.float32}[s]).nbytes
+                               + torch.empty(B, H, T).nbytes),
+    ],
+)
+
+
+# --------------------------------------------------------------------------
+# 4. backward_flops(T, block, d): matrix-product FLOPs of the causal blocked backward, one head
+
+
+def backward_flops(T, block, d):
+    total = 0
+    for q_start in range(0, T, block):
+        q_end = min(q_start + block, T)
+        for k_start in range(0, T, block):
+            k_end = min(k_start + block, T)
+            if k_start <= q_end - 1:  # not above the diagonal
+                total += 5 * 2 * (q_end - q_start) * (k_end - k_start) * d  # S, dV, dP, dQ, dK
+    return total
+
+
+FLOP_SIZES = [(10, 4, 8), (16, 4, 16), (11, 3, 4), (9, 3, 2), (14, 4, 2), (12, 5, 6)]  # (T, block, d)
+
+
+def flop_cases(generator):
+    return [Case((T, block, d), label=f"T={T}, block={block}, d={d}") for T, block, d in FLOP_SIZES]
+
+
+def _flops(T, block, d, products=5, skip=True, square=False):
+    n = math.ceil(T / block)
+    total = 0
+    for i in range(n):
+        for j in range(n if not skip else i + 1):
+            rows = block if square else min(block, T - i * block)
+            cols = block if square else min(block, T - j * block)
+            total += products * 2 * rows * cols * d
+    return total
+
+
+BACKWARD_FLOPS = Task(
+    id="ch11.backward_flops", exercise=EXERCISE, reference=backward_flops, cases=flop_cases,
+    mutants={
+        "counts_skipped": lambda T, b, d: _flops(T, b, d, skip=False),
+        "forward_flops": lambda T, b, d: _flops(T, b, d, products=2),
+        "no_recompute": lambda T, b, d: _flops(T, b, d, products=4),
+        "square_tiles": lambda T, b, d: _flops(T, b, d, square=True),
+    },
+    alternatives=[
+        _flops,
+        lambda T, b, d: 10 * d * sum((min(s + b, T) - s) * min(s + b, T) for s in range(0, T, b)),
+    ],
+)
+
+TASKS = [SCORE_GRAD, TILE_BACKWARD, SAVED_BYTES, BACKWARD_FLOPS]

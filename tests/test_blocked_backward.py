@@ -1,0 +1,130 @@
+"""The blocked backward pass of chapter 11 (attnlab/blocked_backward.py): the gradients by hand
+pass gradcheck in float64; the autograd.Function equals autograd of SDPA in float32 for several
+sizes, block sizes, heads and a padding mask; it saves O and L, never P; the backward skips the
+same tiles as the forward and spends 2.5 times its matrix-product FLOPs."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.attention import attention
+from attnlab.blocked_backward import (ByHand, attention_grads, blocked_attention_in, blocked_attention_train,
+                                      blocked_backward, blocked_forward, saved_bytes_formula, saved_tensors)
+from attnlab.masks import causal_allowed
+from language_checks import assert_message_in_languages
+from small_models import small_gpt
+
+TOL = dict(atol=1e-5, rtol=1e-4)
+
+
+def test_the_gradients_by_hand_pass_gradcheck_and_equal_autograd_in_float64():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 7, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    allowed = causal_allowed(7)
+    assert torch.autograd.gradcheck(lambda a, b, c: ByHand.apply(a, b, c, allowed), (q, k, v))
+    d_out = torch.randn(2, 7, 4, dtype=torch.float64)
+    attention(q, k, v, allowed).backward(d_out)
+    for mine, auto in zip(attention_grads(q.detach(), k.detach(), v.detach(), d_out, allowed), (q, k, v)):
+        assert torch.allclose(mine, auto.grad)
+
+
+def test_a_nan_row_makes_every_value_gradient_nan_even_when_the_loss_ignores_it():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(5, 4, requires_grad=True) for _ in range(3))
+    allowed = causal_allowed(5)
+    allowed[2] = False  # row 2 may read nothing: softmax of all -inf is NaN
+    out = attention(q, k, v, allowed)
+    out[[0, 1, 3, 4]].sum().backward()  # the loss ignores row 2: its dO is 0, and NaN * 0 is NaN
+    assert out[2].isnan().all() and v.grad.isnan().all()  # dV = P^T dO sums over every query row
+    assert not q.grad.isnan().any() and not k.grad.isnan().any()  # masked_fill's backward zeroes row 2 of dS
+
+
+@pytest.mark.parametrize("T,block,H", [(13, 4, 3), (32, 8, 2), (7, 16, 1), (40, 7, 2), (1, 4, 1)])
+@pytest.mark.parametrize("padding", [False, True])
+def test_the_blocked_function_equals_autograd_of_sdpa(T, block, H, padding):
+    torch.manual_seed(T)
+    q, k, v = torch.randn(3, 2, H, T, 8).unbind(0)
+    d_out = torch.randn(2, H, T, 8)
+    keep = None
+    if padding:
+        keep = torch.ones(2, T, dtype=torch.bool)
+        keep[1, max(1, T - 3):] = False  # right padding: every query still reads key 0
+    ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    if keep is None:
+        ref = F.scaled_dot_product_attention(*ref_in, is_causal=True)
+    else:
+        ref = F.scaled_dot_product_attention(*ref_in, attn_mask=causal_allowed(T) & keep[:, None, None, :])
+    ref.backward(d_out)
+    mine_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = blocked_attention_train(*mine_in, block=block, keep=keep)
+    out.backward(d_out)
+    assert torch.allclose(out, ref, **TOL)
+    for mine, auto in zip(mine_in, ref_in):
+        assert torch.allclose(mine.grad, auto.grad, **TOL)
+
+
+def test_fewer_queries_than_keys_and_no_mask_too():
+    torch.manual_seed(1)
+    q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
+    for causal in (True, False):
+        ref_in, mine_in = [[t.clone().requires_grad_() for t in (q, k, v)] for _ in range(2)]
+        mask = torch.ones(5, 12, dtype=torch.bool).tril(diagonal=7) if causal else None
+        F.scaled_dot_product_attention(*ref_in, attn_mask=mask).sum().backward()
+        blocked_attention_train(*mine_in, block=4, causal=causal).sum().backward()
+        assert all(torch.allclose(a.grad, b.grad, **TOL) for a, b in zip(mine_in, ref_in))
+
+
+def test_it_saves_o_and_l_where_explicit_attention_saves_p():
+    B, H, T, d = 2, 3, 24, 8
+    q, k, v = (torch.randn(B, H, T, d, requires_grad=True) for _ in range(3))
+    _, explicit = saved_tensors(attention, q, k, v, causal_allowed(T))
+    _, blocked = saved_tensors(blocked_attention_train, q, k, v, 8)
+    p_bytes, ol_bytes = saved_bytes_formula(B, H, T, d)
+    assert [(shape, dtype) for shape, dtype, _ in blocked] == [((B, H, T, d), torch.float32), ((B, H, T), torch.float32)]
+    assert sum(n for *_, n in blocked) == ol_bytes
+    assert ((B, H, T, T), torch.float32, p_bytes) in explicit
+
+
+def test_the_backward_skips_the_forward_tiles_and_costs_two_and_a_half_times_its_flops():
+    T, block = 64, 16
+    q, k, v, d_out = torch.randn(4, 1, 2, T, 16).unbind(0)
+    out, lse, forward = blocked_forward(q, k, v, block)
+    *_, backward = blocked_backward(q, k, v, out, lse, d_out, block)
+    n = T // block
+    assert (backward.full, backward.diagonal, backward.skipped) == (forward.full, forward.diagonal, forward.skipped)
+    assert backward.computed == n * (n + 1) // 2 and backward.computed / n**2 == (T + block) / (2 * T)
+    assert backward.matmul_flops * 2 == forward.matmul_flops * 5
+
+
+def test_the_logsumexp_is_the_row_logsumexp_of_the_scores():
+    q, k, v = torch.randn(3, 1, 1, 10, 4).unbind(0)
+    _, lse, _ = blocked_forward(q, k, v, block=3)
+    scores = (q @ k.transpose(-2, -1) / 2).masked_fill(~causal_allowed(10), float("-inf"))
+    assert torch.allclose(lse, scores.logsumexp(dim=-1), **TOL)
+
+
+def test_a_training_step_of_the_gpt_with_blocked_attention_gives_the_same_loss_and_gradients():
+    model = small_gpt().train()
+    idx = torch.randint(50, (2, 20), generator=torch.Generator().manual_seed(0))
+    loss = model(idx[:, :-1], idx[:, 1:])[1]
+    loss.backward()
+    sdpa_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with blocked_attention_in(model, block=8):
+        blocked_loss = model(idx[:, :-1], idx[:, 1:])[1]
+        blocked_loss.backward()
+    assert torch.allclose(loss, blocked_loss, **TOL)
+    assert all(torch.allclose(a, p.grad, **TOL) for a, p in zip(sdpa_grads, model.parameters()))
+    assert "attend" not in vars(model.blocks[0].attn)  # the patch is gone after the with block
+
+
+def test_bad_inputs_get_clear_messages():
+    q = torch.randn(1, 2, 6, 4)
+    assert_message_in_languages(ValueError, lambda: blocked_attention_train(q, q, q, keep=torch.ones(1, 5).bool()),
+                                {"en": ["keep", "(1, 6)", "(1, 5)"], "de": ["keep", "Padding-Key"]})
+    model = small_gpt(window=4)
+    with pytest.raises(ValueError, match="window=4"):
+        with blocked_attention_in(model):
+            pass
