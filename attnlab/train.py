@@ -74,15 +74,20 @@ def _train(model: GPT, data: torch.Tensor, steps: int, batch_size: int, block_si
     model.train()
     losses = []
     for _ in range(steps):
-        x, y = next_token_batch(data, block_size, batch_size, generator)
-        _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.item())
+        losses.append(train_step(model, optimizer, *next_token_batch(data, block_size, batch_size, generator)))
     model.eval()
     return losses
+
+
+def train_step(model: GPT, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
+    """One step of teacher forcing (chapter 4 shows it): the loss of all B x T positions from one
+    forward pass, its gradients, gradient clipping, one optimizer step. Returns the loss."""
+    _, loss = model(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item()
 
 
 @torch.no_grad()

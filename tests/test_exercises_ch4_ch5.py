@@ -106,3 +106,18 @@ def test_a_prefix_test_that_always_writes_token_0_is_caught():
 
     result = grader.grade("ch5.prefix_leaks", always_zero)
     assert not result.passed and "grader.mutant.ch5.prefix_leaks.same_token" in keys(result), result.text()
+
+
+def test_the_optional_block_task_grades_by_the_causality_tests():
+    """A leaking block loses every case with the pair that assert_causal found; a correct one that
+    leans on the course's own block (block(x)) still runs; the mutants are named."""
+    reference = grader.grade("ch4.causal_block", ch4.causal_block)
+    assert reference.points == reference.total == len(ch4.BLOCK_SIZES)
+    for name in ("no_mask", "softmax_over_queries", "merge_without_transpose"):
+        result = grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants[name])
+        assert {f.problem.key for f in result.failures} == {f"grader.mutant.ch4.causal_block.{name}"}
+        assert all(f.problem.detail.key == "grader.ch4_block_leak" for f in result.failures), name
+    assert "later input" in grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants["no_mask"]).text("en")
+    assert grader.grade("ch4.causal_block", lambda block, x: block(x)).points == reference.total
+    unscaled = grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants["no_scale"])
+    assert all(f.problem.detail.key != "grader.ch4_block_leak" for f in unscaled.failures)  # causal, only wrong

@@ -76,3 +76,18 @@ def test_bert_rule_tokens_outside_the_vocabulary_float_labels_and_wrong_shares_a
         assert "80" in half_random.text(lang)
 
 
+
+
+def test_the_memory_task_counts_key_value_heads():
+    """A GQA and an MQA case: the cache holds H_kv heads, not n_head (the reference once used n_head)."""
+    def with_query_heads(config, batch_size, seq_len, dtype):
+        return 2 * config.n_layer * batch_size * config.n_head * config.head_dim * seq_len * dtype.itemsize
+
+    shared = [case for case in TASKS["ch6.kv_cache_bytes"].make_cases() if case.args[0].kv_heads < case.args[0].n_head]
+    assert len(shared) == 2
+    for case in shared:
+        config, B, T, dtype = case.args
+        assert ch6.kv_cache_bytes(*case.args) == KVCache(config, B, T, device="meta", dtype=dtype).nbytes
+    result = grader.grade("ch6.kv_cache_bytes", with_query_heads)
+    assert result.points == result.total - len(shared)
+    assert keys(result) == {"grader.mutant.ch6.kv_cache_bytes.query_heads"}

@@ -142,11 +142,45 @@ CHAPTER_4 = "04-teacher-forcing"
 CHAPTER_5 = "05-is-my-model-causal"
 
 
-def test_chapter_4_shows_the_package_code():
-    from attnlab import train
+@pytest.mark.parametrize("name, module", [("loss_prefix_by_prefix", "train"), ("train_step", "train"),
+                                          ("Block", "gpt"), ("attend", "gpt")])
+def test_chapter_4_shows_the_package_code(name, module):
+    """The block, the attention call (the method SelfAttention.attend) and the training step."""
+    import importlib
 
-    shown = definition(defined_in(notebook_cells(CHAPTER_4), "loss_prefix_by_prefix"), "loss_prefix_by_prefix")
-    assert ast.dump(shown) == ast.dump(definition(inspect.getsource(train), "loss_prefix_by_prefix"))
+    package = importlib.import_module(f"attnlab.{module}")
+    shown = definition(defined_in(notebook_cells(CHAPTER_4), name), name)
+    assert ast.dump(shown) == ast.dump(definition(inspect.getsource(package), name))
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_the_chapter_4_block_attention_and_step_compute_what_the_package_computes(lang):
+    from attnlab import gpt, train
+
+    namespace = run_cells(notebook_cells(CHAPTER_4, lang), ["Block", "attend", "train_step"])
+    for overrides in ({}, {"causal": False}, {"n_kv_head": 2}, {"window": 5}, {"attention": "explicit"}):
+        config = gpt.GPTConfig(vocab_size=30, block_size=12, **overrides)
+        torch.manual_seed(0)
+        package = gpt.Block(config).eval()
+        shown = namespace["Block"](config).eval()
+        shown.load_state_dict(package.state_dict())
+        x = torch.randn(2, 12, config.n_embd)
+        attn = package.attn
+        q, k, v = attn.project(x, torch.arange(12))
+        with torch.no_grad():
+            assert torch.equal(shown(x), package(x)), overrides
+            assert torch.equal(namespace["attend"](attn, q, k, v), attn.attend(q, k, v)), overrides
+            assert torch.equal(namespace["attend"](attn, q[:, :, -3:], k, v), attn.attend(q[:, :, -3:], k, v))
+    models, losses = [], []
+    for step in (namespace["train_step"], train.train_step):
+        torch.manual_seed(0)
+        model = gpt.GPT(gpt.GPTConfig(vocab_size=30, block_size=8))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+        x, y = torch.randint(0, 30, (2, 4, 8), generator=torch.Generator().manual_seed(1)).unbind(0)
+        losses.append([step(model, optimizer, x, y) for _ in range(3)])
+        models.append(model)
+    assert losses[0] == losses[1]
+    assert all(torch.equal(a, b) for a, b in zip(models[0].state_dict().values(), models[1].state_dict().values()))
 
 
 @pytest.mark.parametrize("name", ["dependence_map", "cut_map", "jacobian_map"])

@@ -1,6 +1,8 @@
 """Exercise 4 (exercises/src/04-teacher-forcing.md): the shifted inputs and targets of a
-batch of windows, the next-token loss from logits [B, T, V], and a greedy decode loop
-without a cache on the course's small GPT (the context cropped to ``block_size``).
+batch of windows, the next-token loss from logits [B, T, V], a greedy decode loop
+without a cache on the course's small GPT (the context cropped to ``block_size``), and,
+optional, a causal block with hand-written attention, graded by its output and by the
+course's causality tests (``attnlab.causality.assert_causal``) on a GPT built from it.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..causality import CausalityError, assert_causal
 from ..gpt import GPT, GPTConfig, pick_next
-from ..grader import Case, Task
+from ..grader import Case, Problem, Task, compare_outputs
+from ..multihead import merge_heads, split_heads
 from . import case_device
 
 EXERCISE = "04-teacher-forcing"
@@ -254,4 +258,131 @@ GREEDY_GENERATE = Task(
     alternatives=[_nanogpt_style, _preallocated, _cache_while_it_fits, _python_lists],
 )
 
-TASKS = [SHIFTED_TARGETS, NEXT_TOKEN_LOSS, GREEDY_GENERATE]
+
+# --------------------------------------------------------------------------
+# 4 (optional). causal_block(block, x) -> [B, T, D]: one pre-norm block of the course's GPT
+#    (attnlab.gpt.Block) with the attention written by hand: split heads, scaled scores,
+#    the causal mask, softmax over the keys, weighted values, merge heads, out_proj;
+#    x + attention(norm_1(x)), then + mlp(norm_2(...)). Graded on its output and by the
+#    course's causality tests on a GPT whose every block runs the learner's function.
+
+
+def causal_block(block, x):
+    attn = block.attn
+    h = block.norm_1(x)  # [B, T, D]
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))  # [B, H, T, d]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, H, T, T]
+    T = x.size(1)
+    allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    x = x + attn.out_proj(merge_heads(weights @ v))
+    return x + block.mlp(block.norm_2(x))
+
+
+BLOCK_SIZES = [(32, 4, 8, 23), (48, 3, 9, 19), (16, 2, 6, 29), (24, 1, 7, 13)]  # (D, H, T, V): small, the cut test runs T passes
+
+
+def block_cases(generator):
+    device = case_device()
+    cases = []
+    for D, H, T, V in BLOCK_SIZES:
+        config = GPTConfig(vocab_size=V, block_size=T, n_layer=1, n_head=H, n_embd=D)
+        with torch.random.fork_rng():  # GPT() draws its weights: the notebook's RNG stays as it was
+            torch.manual_seed(int(torch.randint(0, 2**31, (), generator=generator)))
+            state = {name: p.to(device) for name, p in GPT(config).state_dict().items()}
+        x = torch.randn(2, T, D, generator=generator).to(device)
+        idx = torch.randint(0, V, (1, T), generator=generator).to(device)
+        cases.append(Case((config, state, x, idx), label=f"D={D}, H={H}, T={T}"))
+    return cases
+
+
+def _call_block(fn, config, state, x, idx):
+    """The learner's block on x, and the first leak that assert_causal finds in a GPT whose
+    every block runs the learner's function ([-1, -1]: none)."""
+    blocks = build_gpt(config, state, x.device).blocks  # what the learner's function is handed
+    out = fn(blocks[0], x)
+    model = build_gpt(config, state, x.device)  # its blocks run the learner's function on `blocks`
+    for own, block in zip(model.blocks, blocks):
+        own.forward = lambda h, cache=None, block=block: fn(block, h)
+    try:
+        assert_causal(model, idx)
+        leak = torch.tensor([-1, -1])
+    except CausalityError as error:
+        leak = torch.tensor([error.t, error.s])
+    return out, leak
+
+
+def _compare_block(expected, got):
+    (expected_out, expected_leak), (got_out, got_leak) = expected, got
+    if not torch.equal(expected_leak, got_leak):
+        if int(got_leak[0]) >= 0:
+            return Problem("grader.ch4_block_leak", {"t": int(got_leak[0]), "s": int(got_leak[1])})
+        return Problem("grader.ch4_block_no_leak")
+    return compare_outputs(expected_out, got_out)
+
+
+def _block_mutant(mask="causal", scale=True, softmax_dim=-1, transpose=True, residual=True):
+    def block_fn(block, x):
+        attn = block.attn
+        h = block.norm_1(x)
+        q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale else 1.0)
+        T = x.size(1)
+        if mask == "causal":
+            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(), float("-inf"))
+        out = scores.softmax(dim=softmax_dim) @ v  # [B, H, T, d]
+        merged = merge_heads(out) if transpose else out.reshape(x.shape)
+        a = attn.out_proj(merged)
+        x = x + a if residual else a
+        return x + block.mlp(block.norm_2(x))
+
+    return block_fn
+
+
+def _sdpa_block(block, x):
+    attn = block.attn
+    h = block.norm_1(x)
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    x = x + attn.out_proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+    return x + block.mlp(block.norm_2(x))
+
+
+def _loop_block(block, x):
+    """Correct: one query row at a time, each reading keys 0..t only."""
+    attn = block.attn
+    h = block.norm_1(x)
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    rows = []
+    for t in range(x.size(1)):
+        w = (q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-2, -1) / q.size(-1) ** 0.5).softmax(dim=-1)
+        rows.append(w @ v[:, :, :t + 1])
+    x = x + attn.out_proj(merge_heads(torch.cat(rows, dim=2)))
+    return x + block.mlp(block.norm_2(x))
+
+
+def _additive_block(block, x):
+    """Correct: an additive mask of -inf above the diagonal (a float mask, as Hugging Face adds it)."""
+    attn = block.attn
+    h = block.norm_1(x)
+    B, T, D = x.shape
+    q, k, v = (proj(h).view(B, T, attn.n_head, -1).transpose(1, 2) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    bias = torch.full((T, T), float("-inf"), device=x.device).triu(diagonal=1)
+    weights = torch.softmax(q @ k.transpose(-2, -1) * q.size(-1) ** -0.5 + bias, dim=-1)
+    x = x + attn.out_proj((weights @ v).transpose(1, 2).reshape(B, T, D))
+    return x + block.mlp(block.norm_2(x))
+
+
+CAUSAL_BLOCK = Task(
+    id="ch4.causal_block", exercise=EXERCISE, reference=causal_block, cases=block_cases,
+    call=_call_block, compare=_compare_block,
+    mutants={
+        "no_mask": _block_mutant(mask=None),
+        "no_scale": _block_mutant(scale=False),
+        "softmax_over_queries": _block_mutant(softmax_dim=-2),
+        "merge_without_transpose": _block_mutant(transpose=False),
+        "no_residual": _block_mutant(residual=False),
+    },
+    alternatives=[_sdpa_block, _loop_block, _additive_block, lambda block, x: block(x)],
+)
+
+TASKS = [SHIFTED_TARGETS, NEXT_TOKEN_LOSS, GREEDY_GENERATE, CAUSAL_BLOCK]

@@ -199,27 +199,32 @@ DECODE_MASK = Task(
 
 # --------------------------------------------------------------------------
 # 3. kv_cache_bytes(config, batch_size, seq_len, dtype) -> int:
-#    2 (K and V) x n_layer x batch x n_head x head_dim x seq_len x bytes per number
+#    2 (K and V) x n_layer x batch x H_kv x head_dim x seq_len x bytes per number;
+#    H_kv = config.kv_heads, the key/value heads (n_head unless the model shares them: GQA, MQA)
 
 
 def kv_cache_bytes(config, batch_size, seq_len, dtype):
     bytes_per_number = torch.finfo(dtype).bits // 8
-    return 2 * config.n_layer * batch_size * config.n_head * config.head_dim * seq_len * bytes_per_number
+    return 2 * config.n_layer * batch_size * config.kv_heads * config.head_dim * seq_len * bytes_per_number
 
 
-BYTE_SIZES = [  # (n_layer, n_head, n_embd, batch, seq_len, dtype); the notebook shows the course's model.
+BYTE_SIZES = [  # (n_layer, n_head, n_kv_head, n_embd, batch, seq_len, dtype); the notebook shows the course's model.
     # No two mistakes give the same number on one case: n_layer, batch and n_head avoid 2 and 8.
-    (3, 4, 32, 5, 100, torch.float32), (6, 12, 384, 1, 500, torch.float16), (4, 3, 48, 6, 48, torch.bfloat16),
-    (12, 12, 768, 4, 1024, torch.float32), (1, 6, 48, 3, 30, torch.float16), (5, 5, 40, 7, 9, torch.bfloat16),
+    # The last two share key/value heads (GQA 12 -> 3, MQA 6 -> 1): the cache counts H_kv, not n_head.
+    (3, 4, None, 32, 5, 100, torch.float32), (6, 12, None, 384, 1, 500, torch.float16),
+    (4, 3, None, 48, 6, 48, torch.bfloat16), (12, 12, None, 768, 4, 1024, torch.float32),
+    (1, 6, None, 48, 3, 30, torch.float16), (5, 5, None, 40, 7, 9, torch.bfloat16),
+    (5, 12, 3, 384, 3, 70, torch.float16), (3, 6, 1, 96, 5, 40, torch.float32),
 ]
 
 
 def bytes_cases(generator):
     cases = []
-    for L, H, D, B, T, dtype in BYTE_SIZES:
-        config = GPTConfig(vocab_size=100, block_size=4096, n_layer=L, n_head=H, n_embd=D)
+    for L, H, H_kv, D, B, T, dtype in BYTE_SIZES:
+        config = GPTConfig(vocab_size=100, block_size=4096, n_layer=L, n_head=H, n_embd=D, n_kv_head=H_kv)
+        kv = "" if H_kv is None else f"n_kv_head={H_kv}, "
         cases.append(Case((config, B, T, dtype),
-                          label=f"n_layer={L}, n_head={H}, n_embd={D}, batch_size={B}, seq_len={T}, "
+                          label=f"n_layer={L}, n_head={H}, {kv}n_embd={D}, batch_size={B}, seq_len={T}, "
                                 f"{str(dtype).removeprefix('torch.')}"))
     return cases
 
@@ -227,7 +232,8 @@ def bytes_cases(generator):
 def _bytes(factor=2, layers=True, batch=True, width="head_dim", length="seq_len", size="bytes"):
     def count(config, batch_size, seq_len, dtype):
         per_number = {"bytes": torch.finfo(dtype).bits // 8, "bits": torch.finfo(dtype).bits, "float32": 4}[size]
-        numbers = config.n_head * config.head_dim if width == "head_dim" else config.n_head * config.n_embd
+        numbers = {"head_dim": config.kv_heads * config.head_dim, "n_embd": config.n_head * config.n_embd,
+                   "query_heads": config.n_head * config.head_dim}[width]
         return (factor * (config.n_layer if layers else 1) * (batch_size if batch else 1) * numbers
                 * (seq_len if length == "seq_len" else config.block_size) * per_number)
 
@@ -244,13 +250,15 @@ KV_CACHE_BYTES = Task(
         "bits_not_bytes": _bytes(size="bits"),
         "always_float32": _bytes(size="float32"),
         "block_size": _bytes(length="block_size"),
+        "query_heads": _bytes(width="query_heads"),
     },
     alternatives=[
-        lambda config, B, T, dtype: 2 * config.n_layer * B * T * config.n_embd * dtype.itemsize,
+        lambda config, B, T, dtype: 2 * config.n_layer * B * T * config.kv_heads * config.head_dim * dtype.itemsize,
         lambda config, B, T, dtype: KVCache(config, B, T, device="meta", dtype=dtype).nbytes,
         lambda config, B, T, dtype: torch.empty(0, dtype=dtype).element_size() * 2 * math.prod(
-            (config.n_layer, B, config.n_head, T, config.n_embd // config.n_head)),
-        lambda config, B, T, dtype: float(2 * config.n_layer * B * config.n_embd * T * torch.finfo(dtype).bits / 8),
+            (config.n_layer, B, config.kv_heads, T, config.n_embd // config.n_head)),
+        lambda config, B, T, dtype: float(2 * config.n_layer * B * (config.n_kv_head or config.n_head) * config.head_dim
+                                          * T * torch.finfo(dtype).bits / 8),
     ],
 )
 
