@@ -47,7 +47,7 @@ lab: $(STAMP)                  ## JupyterLab (pinned in the lock) on 127.0.0.1 w
 		--LabApp.default_url=/lab/tree/chapters/$(LAB_LANG)/01-causal-mask.ipynb
 
 notebooks: $(STAMP)            ## regenerate and execute every notebook from its source
-	ATTNLAB_SHARED_RESULTS=$$(mktemp -d) $(BIN)/python -m tools.notebooks build
+	$(BIN)/python -m tools.notebooks build
 
 bench: $(STAMP)                ## measure every performance claim (benchmarks/results/, attnlab/data/benchmarks.json)
 	$(BIN)/python -m benchmarks.run --publish $(BENCH_ARGS)

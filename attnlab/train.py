@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import shared_results
 from .gpt import GPT
 from .i18n import tr
 from .inputs import describe, whole_number
@@ -47,22 +46,8 @@ def train(model: GPT, data: torch.Tensor, steps: int, batch_size: int = 16, bloc
     previous = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
-    block_size = block_size or model.config.block_size
     try:
-        if not all(type(m).__module__.startswith(("attnlab.", "torch.")) for m in model.modules()):
-            return _train(model, data, steps, batch_size, block_size, lr, seed)  # code the package cannot vouch for
-        parts = (type(model).__qualname__, repr(getattr(model, "config", None)), *model.state_dict().items(),
-                 data, steps, batch_size, block_size, lr, seed, num_threads, torch.get_rng_state())
-
-        def compute() -> dict:
-            losses = _train(model, data, steps, batch_size, block_size, lr, seed)
-            return {"state": model.state_dict(), "losses": losses, "rng": torch.get_rng_state()}
-
-        result = shared_results.cached("train", parts, compute)
-        model.load_state_dict(result["state"])  # a no-op after compute(); the trained weights after a load
-        torch.set_rng_state(result["rng"])  # dropout drew from the global generator: leave it where training did
-        model.eval()
-        return list(result["losses"])
+        return _train(model, data, steps, batch_size, block_size or model.config.block_size, lr, seed)
     finally:
         torch.set_num_threads(previous)
 

@@ -125,8 +125,8 @@ def binder_run(tmp_path_factory) -> BinderRun:
     requirements = tmp / "requirements.txt"
     requirements.write_text("\n".join(line for line in binder_requirements() if not line.startswith(INDEX_OPTIONS)))
     venv = tmp / "venv"
-    env = {k: v for k, v in os.environ.items()  # the Binder kernels compute everything themselves
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNLAB_WIDGETS", "ATTNLAB_SHARED_RESULTS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNLAB_WIDGETS")}
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"

@@ -36,8 +36,8 @@ print(torch.backends.cpu.get_cpu_capability(), f"{sum(l[-50:]) / 50:.10f}")
 def run_fingerprint(**env_changes: str | None) -> tuple[str, str]:
     """The fingerprint in a fresh interpreter whose environment has none of the pinned
     variables (attnlab must set them itself), changed by ``env_changes``."""
-    env = {k: v for k, v in os.environ.items()  # and it trains itself, never loading a shared result
-           if k not in numerics.PINNED and k not in (numerics.SWITCH, "ATTNLAB_SHARED_RESULTS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in numerics.PINNED and k not in (numerics.SWITCH)}
     for name, value in env_changes.items():
         if value is not None:
             env[name] = value
