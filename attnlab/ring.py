@@ -27,7 +27,10 @@ In a notebook or a test, :func:`run_ring` starts P CPU processes with the
 ``gloo`` backend (``torch.multiprocessing`` with the start method
 "forkserver", or "spawn" where there is none), lets them rendezvous on a
 free port of 127.0.0.1 with one torch thread each, and returns every rank's
-report. The same functions run on GPUs with NCCL, one process per GPU,
+report. ``run_ring(jobs, P, code=...)`` runs the caller's own functions instead
+of the package's (:func:`code_of`: their source text travels to every process),
+so a learner's ``ring_attention`` or ``pass_on`` from a notebook runs on the ring.
+The same functions run on GPUs with NCCL, one process per GPU,
 started by ``torchrun``::
 
     torchrun --nproc-per-node=4 -m attnlab.ring --T 65536 --block 512 --layout zigzag
@@ -356,17 +359,57 @@ def make_inputs(job: RingJob, device: torch.device | str = "cpu") -> tuple[torch
     return q.to(device), k.to(device), v.to(device)
 
 
-def run_jobs(jobs: list[RingJob], device: torch.device, group=None) -> list[RankReport]:
-    """Run every job on this rank of an initialized process group."""
+def code_of(functions) -> str:
+    """Source text of the caller's functions for ``run_ring(..., code=...)``.
+
+    ``functions``: a function, a list of functions, or a dict {name: function}; a dict runs
+    each function under the given name (``{"pass_on": blocking_pass_on}`` makes the package's
+    ``ring_attention`` call ``blocking_pass_on``). A process cannot import a function from a
+    notebook, but it can run its source text."""
+    import inspect
+    import textwrap
+
+    if callable(functions):
+        functions = [functions]
+    named = functions.items() if isinstance(functions, dict) else [(getattr(f, "__name__", None), f) for f in functions]
+    parts = []
+    for name, function in named:
+        if not callable(function) or not isinstance(name, str):
+            raise TypeError(tr("ring.error_code", got=inputs.describe(function)))
+        try:
+            source = textwrap.dedent(inspect.getsource(function))
+        except (OSError, TypeError):
+            raise TypeError(tr("ring.error_code", got=inputs.describe(function))) from None
+        parts.append(source)
+        if name != function.__name__:
+            parts.append(f"{name} = {function.__name__}\n")
+    return "\n".join(parts)
+
+
+def _functions(code: str) -> dict:
+    """The package's functions, with the caller's source text run over them (see :func:`code_of`)."""
+    namespace = dict(globals())
+    if code:  # the package's functions first, as source text, so that they call the caller's versions
+        package = code_of([shard_positions, pass_on, ring_attention, allgather_attention, pass_around])
+        exec(compile(package, __file__, "exec"), namespace)  # noqa: S102
+        exec(compile(code, "<code given to run_ring>", "exec"), namespace)  # noqa: S102 (the caller's own code)
+    return namespace
+
+
+def run_jobs(jobs: list[RingJob], device: torch.device, group=None, code: str = "") -> list[RankReport]:
+    """Run every job on this rank of an initialized process group (with ``code``: the caller's
+    functions, see :func:`code_of`)."""
     from .memory import PeakMemory
 
+    functions = _functions(code)
+    shard_positions, pass_around = functions["shard_positions"], functions["pass_around"]
     rank, P = dist.get_rank(group), dist.get_world_size(group)
     reports = []
     for job in jobs:
         positions = shard_positions(job.T, P, job.layout)[rank].to(device)
         q_all, k_all, v_all = make_inputs(job, device)
         q, k, v = (x[..., positions, :].contiguous() for x in (q_all, k_all, v_all))  # this rank's shard
-        method = {"ring": ring_attention, "allgather": allgather_attention}.get(job.method)
+        method = {"ring": functions["ring_attention"], "allgather": functions["allgather_attention"]}.get(job.method)
         kwargs = dict(layout=job.layout, causal=job.causal, block=job.block, group=group)
         report = RankReport(job, rank, [], [], kv_bytes=k.nbytes + v.nbytes)
         if job.method == "pass":
@@ -412,7 +455,8 @@ def _barrier(device: torch.device, group=None) -> None:
         dist.barrier(group)
 
 
-def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: str, timeout_s: float) -> None:
+def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: str, timeout_s: float,
+            code: str = "") -> None:
     """One spawned CPU process: join the gloo group, run the jobs, report, leave cleanly."""
     try:
         set_language(lang)
@@ -420,7 +464,7 @@ def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: st
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(P))
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         try:
-            results.put((rank, run_jobs(jobs, torch.device("cpu")), None))
+            results.put((rank, run_jobs(jobs, torch.device("cpu"), code=code), None))
         finally:
             dist.destroy_process_group()
     except BaseException:  # report, do not print: the parent raises it
@@ -450,13 +494,16 @@ def _process_context():
     return mp.get_context("spawn")
 
 
-def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobResult]:
+def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -> list[JobResult]:
     """Start P gloo processes on this machine, run ``jobs`` on all of them, return their reports.
 
     Sizes are checked here first, so bad input fails at once with a clear
     message. A failure in any process is raised here with its traceback.
+    ``code``: the caller's own functions to run instead of the package's (see :func:`code_of`).
+    ``timeout_s`` bounds the whole run and every collective (a deadlocked ring fails after it).
     """
     P = inputs.whole_number("P", P, 1)
+    code = code_of(code) if code is not None else ""
     if isinstance(jobs, RingJob):
         jobs = [jobs]
     if not jobs or not all(isinstance(job, RingJob) for job in jobs):
@@ -468,7 +515,7 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobR
     context = _process_context()
     results = context.Queue()
     port = free_port()
-    processes = [context.Process(target=_worker, args=(rank, P, port, jobs, results, get_language(), timeout_s),
+    processes = [context.Process(target=_worker, args=(rank, P, port, jobs, results, get_language(), timeout_s, code),
                                  daemon=True) for rank in range(P)]
     for process in processes:
         process.start()
