@@ -48,6 +48,7 @@ Point-to-point peers are ranks of the default process group.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import queue as queue_module
 import socket
@@ -388,7 +389,7 @@ def code_of(functions) -> str:
 
 def _functions(code: str) -> dict:
     """The package's functions, with the caller's source text run over them (see :func:`code_of`)."""
-    namespace = dict(globals())
+    namespace = dict(globals(), math=math)  # math: chapter 9's attend_tiles needs it
     if code:  # the package's functions first, as source text, so that they call the caller's versions
         package = code_of([shard_positions, pass_on, ring_attention, allgather_attention, pass_around])
         exec(compile(package, __file__, "exec"), namespace)  # noqa: S102

@@ -166,7 +166,7 @@ def code_without_docstrings(source: str, name: str) -> str:
     return ast.dump(ast.Module(body=body, type_ignores=[]))
 
 
-@pytest.mark.parametrize("name", ["shard_positions", "pass_on", "ring_attention"])
+@pytest.mark.parametrize("name", ["shard_positions", "attend_tiles", "pass_on", "ring_attention"])
 def test_the_code_taught_in_chapter_9_is_the_code_the_processes_run(name):
     package = inspect.getsource(getattr(ring, name))
     assert code_without_docstrings(defined_in_notebook(name), name) == code_without_docstrings(package, name)
