@@ -298,6 +298,7 @@ class RingJob:
     check: bool = True  # compare with SDPA on the whole sequence
     memory: bool = False  # count peak tensor bytes (attnlab.memory.PeakMemory)
     seed: int = 0
+    keep_output: bool = False  # send every rank's output back (RankReport.output)
 
 
 @dataclass
@@ -310,6 +311,7 @@ class RankReport:
     max_abs_diff: float | None = None
     peak_bytes: int | None = None
     kv_bytes: int = 0  # bytes of K and V this rank starts with
+    output: list | None = None  # this rank's output [B, H, S, d] as nested lists, when job.keep_output
 
     @property
     def tiles(self) -> int:
@@ -441,6 +443,8 @@ def run_jobs(jobs: list[RingJob], device: torch.device, group=None, code: str = 
         report.steps = [{"source": s.source, "full": s.counts.full, "diagonal": s.counts.diagonal,
                          "skipped": s.counts.skipped, "score_flops": s.counts.score_flops,
                          "bytes_sent": s.bytes_sent} for s in stats.steps]
+        if job.keep_output:
+            report.output = out.detach().cpu().tolist()  # a list: a tensor would travel as shared memory of a process that exits
         if job.check:
             reference = F.scaled_dot_product_attention(q_all, k_all, v_all, is_causal=job.causal)
             report.max_abs_diff = (out - reference[..., positions, :]).abs().max().item()
@@ -470,6 +474,10 @@ def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: st
             dist.destroy_process_group()
     except BaseException:  # report, do not print: the parent raises it
         results.put((rank, None, traceback.format_exc()))
+
+
+class RingTimeout(RuntimeError):
+    """The processes did not finish in time: in a ring, most often a deadlock."""
 
 
 def free_port() -> int:
@@ -531,7 +539,7 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -
                     if rank not in reports and process.exitcode not in (None, 0):
                         raise RuntimeError(tr("ring.error_exit", rank=rank, code=process.exitcode)) from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(tr("ring.error_timeout", seconds=timeout_s)) from None
+                    raise RingTimeout(tr("ring.error_timeout", seconds=timeout_s)) from None
                 continue
             if error:
                 raise RuntimeError(tr("ring.error_rank", rank=rank) + "\n" + error)
