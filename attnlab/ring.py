@@ -467,7 +467,9 @@ def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: st
         set_language(lang)
         torch.set_num_threads(1)  # P processes share the machine's cores
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(P))
-        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        # the caller stops the run after timeout_s; the group waits longer, so a stuck ring always ends
+        # with the caller's clear RingTimeout, never with a race against gloo's own timeout
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s + 60))
         try:
             results.put((rank, run_jobs(jobs, torch.device("cpu"), code=code), None))
         finally:
