@@ -27,7 +27,10 @@ In a notebook or a test, :func:`run_ring` starts P CPU processes with the
 ``gloo`` backend (``torch.multiprocessing`` with the start method
 "forkserver", or "spawn" where there is none), lets them rendezvous on a
 free port of 127.0.0.1 with one torch thread each, and returns every rank's
-report. The same functions run on GPUs with NCCL, one process per GPU,
+report. ``run_ring(jobs, P, code=...)`` runs the caller's own functions instead
+of the package's (:func:`code_of`: their source text travels to every process),
+so a learner's ``ring_attention`` or ``pass_on`` from a notebook runs on the ring.
+The same functions run on GPUs with NCCL, one process per GPU,
 started by ``torchrun``::
 
     torchrun --nproc-per-node=4 -m attnlab.ring --T 65536 --block 512 --layout zigzag
@@ -45,6 +48,7 @@ Point-to-point peers are ranks of the default process group.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import queue as queue_module
 import socket
@@ -294,6 +298,7 @@ class RingJob:
     check: bool = True  # compare with SDPA on the whole sequence
     memory: bool = False  # count peak tensor bytes (attnlab.memory.PeakMemory)
     seed: int = 0
+    keep_output: bool = False  # send every rank's output back (RankReport.output)
 
 
 @dataclass
@@ -306,6 +311,7 @@ class RankReport:
     max_abs_diff: float | None = None
     peak_bytes: int | None = None
     kv_bytes: int = 0  # bytes of K and V this rank starts with
+    output: list | None = None  # this rank's output [B, H, S, d] as nested lists, when job.keep_output
 
     @property
     def tiles(self) -> int:
@@ -356,17 +362,57 @@ def make_inputs(job: RingJob, device: torch.device | str = "cpu") -> tuple[torch
     return q.to(device), k.to(device), v.to(device)
 
 
-def run_jobs(jobs: list[RingJob], device: torch.device, group=None) -> list[RankReport]:
-    """Run every job on this rank of an initialized process group."""
+def code_of(functions) -> str:
+    """Source text of the caller's functions for ``run_ring(..., code=...)``.
+
+    ``functions``: a function, a list of functions, or a dict {name: function}; a dict runs
+    each function under the given name (``{"pass_on": blocking_pass_on}`` makes the package's
+    ``ring_attention`` call ``blocking_pass_on``). A process cannot import a function from a
+    notebook, but it can run its source text."""
+    import inspect
+    import textwrap
+
+    if callable(functions):
+        functions = [functions]
+    named = functions.items() if isinstance(functions, dict) else [(getattr(f, "__name__", None), f) for f in functions]
+    parts = []
+    for name, function in named:
+        if not callable(function) or not isinstance(name, str):
+            raise TypeError(tr("ring.error_code", got=inputs.describe(function)))
+        try:
+            source = textwrap.dedent(inspect.getsource(function))
+        except (OSError, TypeError):
+            raise TypeError(tr("ring.error_code", got=inputs.describe(function))) from None
+        parts.append(source)
+        if name != function.__name__:
+            parts.append(f"{name} = {function.__name__}\n")
+    return "\n".join(parts)
+
+
+def _functions(code: str) -> dict:
+    """The package's functions, with the caller's source text run over them (see :func:`code_of`)."""
+    namespace = dict(globals(), math=math)  # math: chapter 9's attend_tiles needs it
+    if code:  # the package's functions first, as source text, so that they call the caller's versions
+        package = code_of([shard_positions, pass_on, ring_attention, allgather_attention, pass_around])
+        exec(compile(package, __file__, "exec"), namespace)  # noqa: S102
+        exec(compile(code, "<code given to run_ring>", "exec"), namespace)  # noqa: S102 (the caller's own code)
+    return namespace
+
+
+def run_jobs(jobs: list[RingJob], device: torch.device, group=None, code: str = "") -> list[RankReport]:
+    """Run every job on this rank of an initialized process group (with ``code``: the caller's
+    functions, see :func:`code_of`)."""
     from .memory import PeakMemory
 
+    functions = _functions(code)
+    shard_positions, pass_around = functions["shard_positions"], functions["pass_around"]
     rank, P = dist.get_rank(group), dist.get_world_size(group)
     reports = []
     for job in jobs:
         positions = shard_positions(job.T, P, job.layout)[rank].to(device)
         q_all, k_all, v_all = make_inputs(job, device)
         q, k, v = (x[..., positions, :].contiguous() for x in (q_all, k_all, v_all))  # this rank's shard
-        method = {"ring": ring_attention, "allgather": allgather_attention}.get(job.method)
+        method = {"ring": functions["ring_attention"], "allgather": functions["allgather_attention"]}.get(job.method)
         kwargs = dict(layout=job.layout, causal=job.causal, block=job.block, group=group)
         report = RankReport(job, rank, [], [], kv_bytes=k.nbytes + v.nbytes)
         if job.method == "pass":
@@ -397,6 +443,8 @@ def run_jobs(jobs: list[RingJob], device: torch.device, group=None) -> list[Rank
         report.steps = [{"source": s.source, "full": s.counts.full, "diagonal": s.counts.diagonal,
                          "skipped": s.counts.skipped, "score_flops": s.counts.score_flops,
                          "bytes_sent": s.bytes_sent} for s in stats.steps]
+        if job.keep_output:
+            report.output = out.detach().cpu().tolist()  # a list: a tensor would travel as shared memory of a process that exits
         if job.check:
             reference = F.scaled_dot_product_attention(q_all, k_all, v_all, is_causal=job.causal)
             report.max_abs_diff = (out - reference[..., positions, :]).abs().max().item()
@@ -412,19 +460,26 @@ def _barrier(device: torch.device, group=None) -> None:
         dist.barrier(group)
 
 
-def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: str, timeout_s: float) -> None:
+def _worker(rank: int, P: int, port: int, jobs: list[RingJob], results, lang: str, timeout_s: float,
+            code: str = "") -> None:
     """One spawned CPU process: join the gloo group, run the jobs, report, leave cleanly."""
     try:
         set_language(lang)
         torch.set_num_threads(1)  # P processes share the machine's cores
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(P))
-        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        # the caller stops the run after timeout_s; the group waits longer, so a stuck ring always ends
+        # with the caller's clear RingTimeout, never with a race against gloo's own timeout
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s + 60))
         try:
-            results.put((rank, run_jobs(jobs, torch.device("cpu")), None))
+            results.put((rank, run_jobs(jobs, torch.device("cpu"), code=code), None))
         finally:
             dist.destroy_process_group()
     except BaseException:  # report, do not print: the parent raises it
         results.put((rank, None, traceback.format_exc()))
+
+
+class RingTimeout(RuntimeError):
+    """The processes did not finish in time: in a ring, most often a deadlock."""
 
 
 def free_port() -> int:
@@ -450,13 +505,16 @@ def _process_context():
     return mp.get_context("spawn")
 
 
-def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobResult]:
+def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -> list[JobResult]:
     """Start P gloo processes on this machine, run ``jobs`` on all of them, return their reports.
 
     Sizes are checked here first, so bad input fails at once with a clear
     message. A failure in any process is raised here with its traceback.
+    ``code``: the caller's own functions to run instead of the package's (see :func:`code_of`).
+    ``timeout_s`` bounds the whole run and every collective (a deadlocked ring fails after it).
     """
     P = inputs.whole_number("P", P, 1)
+    code = code_of(code) if code is not None else ""
     if isinstance(jobs, RingJob):
         jobs = [jobs]
     if not jobs or not all(isinstance(job, RingJob) for job in jobs):
@@ -468,7 +526,7 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobR
     context = _process_context()
     results = context.Queue()
     port = free_port()
-    processes = [context.Process(target=_worker, args=(rank, P, port, jobs, results, get_language(), timeout_s),
+    processes = [context.Process(target=_worker, args=(rank, P, port, jobs, results, get_language(), timeout_s, code),
                                  daemon=True) for rank in range(P)]
     for process in processes:
         process.start()
@@ -483,7 +541,7 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0) -> list[JobR
                     if rank not in reports and process.exitcode not in (None, 0):
                         raise RuntimeError(tr("ring.error_exit", rank=rank, code=process.exitcode)) from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(tr("ring.error_timeout", seconds=timeout_s)) from None
+                    raise RingTimeout(tr("ring.error_timeout", seconds=timeout_s)) from None
                 continue
             if error:
                 raise RuntimeError(tr("ring.error_rank", rank=rank) + "\n" + error)

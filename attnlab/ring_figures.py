@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.collections import PatchCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch, Rectangle
 
 from . import inputs
@@ -115,10 +116,11 @@ def timeline_figure(results: Sequence[JobResult]) -> Figure:
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1].set_xlim(0, end * 1.02)
     axes[-1].set_xlabel(tr("ring.time_axis"), fontsize=8)
-    handles = [Patch(facecolor=RANK_COLOURS[0], label=tr("ring.legend_busy")),
-               Patch(facecolor=WAIT_COLOUR, label=tr("ring.legend_wait")),
-               Patch(facecolor="white", edgecolor="#999999", hatch="///", label=tr("ring.legend_idle"))]
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=7.5, frameon=False)
+    busy = (Patch(facecolor=RANK_COLOURS[0]), Patch(facecolor=_light(RANK_COLOURS[0], 0.45)))  # both shades of a step
+    handles = [busy, Patch(facecolor=WAIT_COLOUR), Patch(facecolor="white", edgecolor="#999999", hatch="///")]
+    labels = [tr("ring.legend_busy"), tr("ring.legend_wait"), tr("ring.legend_idle")]
+    fig.legend(handles, labels, handler_map={tuple: HandlerTuple(ndivide=None, pad=0)}, loc="outside lower center",
+               ncols=3, fontsize=7.5, frameon=False)
     return fig
 
 

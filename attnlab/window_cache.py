@@ -8,11 +8,14 @@ buffer cache, https://arxiv.org/abs/2310.06825). Its memory stays constant
 however long the text grows.
 
 The slots are not in time order once the ring has wrapped around. For one new
-query that does not matter: it may read all W keys, and attention does not care
-in which order the keys come (positions are already inside them: added to the
-input, or rotated into the keys by RoPE). For several new tokens at once
-(the prompt) :meth:`WindowKVCache.update` returns old and new keys in time
-order, so the window mask of :class:`attnlab.gpt.SelfAttention` applies.
+query that does not matter as long as the ring is exactly as wide as the model's
+window: the query may read all W keys, no mask is applied, and attention does not
+care in which order the keys come (positions are already inside them: added to the
+input, or rotated into the keys by RoPE). Whenever a mask is applied, it assumes
+time order: for several new tokens at once (the prompt), and for one new token in
+a ring wider than the model's window (the window mask then hides the oldest keys).
+In both cases :meth:`WindowKVCache.update` returns the keys in time order, so the
+lower-right window mask of :class:`attnlab.gpt.SelfAttention` hides the right ones.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class WindowKVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, W, d]
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, W, d]
         self.window = window
+        self.model_window = config.window  # the window the mask uses; check_fits updates it
         self.pos = 0  # how many positions have been seen (not stored: at most W are)
 
     def slots(self, start: int, end: int) -> torch.Tensor:
@@ -57,12 +61,15 @@ class WindowKVCache:
         """Store [B, H_kv, T_new, d] keys and values of positions pos .. pos+T_new-1; return the keys
         and values the new queries attend over."""
         T_new, W = k_new.size(-2), self.window
-        if T_new == 1:  # decoding: overwrite the oldest slot, hand over the whole ring
+        if T_new == 1:  # decoding: overwrite the oldest slot
             slot = self.pos % W
             self.k[layer, :, :, slot] = k_new[:, :, 0]
             self.v[layer, :, :, slot] = v_new[:, :, 0]
             filled = min(self.pos + 1, W)
-            return self.k[layer, :, :, :filled], self.v[layer, :, :, :filled]  # [B, H_kv, <= W, d]
+            if filled <= (self.model_window or W):  # no mask is applied: the whole ring, in slot order
+                return self.k[layer, :, :, :filled], self.v[layer, :, :, :filled]  # [B, H_kv, <= W, d]
+            order = self.slots(self.pos + 1 - filled, self.pos + 1)  # a mask follows: time order
+            return self.k[layer, :, :, order], self.v[layer, :, :, order]  # [B, H_kv, W, d]
         kept = self.slots(max(0, self.pos - W), self.pos)  # the stored past, oldest first
         k_all = torch.cat([self.k[layer, :, :, kept], k_new], dim=-2)  # [B, H_kv, T_past + T_new, d]
         v_all = torch.cat([self.v[layer, :, :, kept], v_new], dim=-2)
@@ -81,6 +88,7 @@ class WindowKVCache:
             raise ValueError(tr("error.cache_bidirectional"))
         if config.window is None or config.window > self.window:
             raise ValueError(tr("ch8.err_window_model", window=self.window, model_window=str(config.window)))
+        self.model_window = config.window
         L, B, H, _, d = self.k.shape
         if (L, H, d) != (config.n_layer, config.kv_heads, config.head_dim):
             raise ValueError(tr("error.cache_model", L=L, H=H, d=d, model_L=config.n_layer,

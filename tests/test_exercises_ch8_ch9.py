@@ -6,6 +6,7 @@ loses points with its own message in every language, a stub scores zero, a fixed
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from attnlab import grader, i18n
@@ -22,9 +23,10 @@ def keys(result):
     return {f.problem.key for f in result.failures}
 
 
-def test_eight_tasks_in_two_exercises_with_titles_and_messages():
+def test_nine_tasks_in_two_exercises_with_titles_and_messages():
     assert list(TASKS) == ["ch8.padded_causal_mask", "ch8.document_mask", "ch8.sliding_window_mask",
-                           "ch8.gqa_attention", "ch8.rope_decode_step", "ch9.shard_positions", "ch9.tiles_per_step", "ch9.fold_block"]
+                           "ch8.gqa_attention", "ch8.rope_decode_step", "ch9.shard_positions", "ch9.tiles_per_step", "ch9.fold_block",
+                           "ch9.pass_on"]
     assert {task.exercise for task in TASKS.values()} == {"08-masks-in-real-models", "09-ring-attention"}
     catalog = i18n.catalog()
     for task_id, task in TASKS.items():
@@ -127,3 +129,28 @@ def test_any_integer_dtype_or_numpy_array_is_accepted_for_positions_and_tile_cou
     assert grader.grade("ch9.tiles_per_step", lambda *args: np.array(ch9.tiles_per_step(*args))).passed
     floats = grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).float())
     assert floats.points == 0 and keys(floats) == {"grader.dtype"}
+
+
+# ---- task 4 of exercise 9 runs on real gloo processes
+
+
+def blocking_pass_on(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    dist.send(k, (rank + 1) % P, group)  # every rank waits here for a receive nobody has posted
+    dist.send(v, (rank + 1) % P, group)
+    dist.recv(k_next, (rank - 1) % P, group)
+    dist.recv(v_next, (rank - 1) % P, group)
+    return k_next, v_next, []
+
+
+def pass_on_with_a_typo(k, v, group=None):
+    return k_nxt, v, []  # noqa: F821 - the learner's typo
+
+
+def test_a_deadlocked_pass_on_is_stopped_and_named_and_an_error_inside_a_rank_is_shown():
+    result = grader.grade("ch9.pass_on", blocking_pass_on)
+    assert result.points == 0
+    assert i18n.tr("ch9.ex_deadlock", seconds=ch9.RING_TIMEOUT_S) in result.text()
+    typo = grader.grade("ch9.pass_on", pass_on_with_a_typo)
+    assert typo.points == 0 and "NameError: name 'k_nxt' is not defined" in typo.text()

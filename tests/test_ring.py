@@ -7,10 +7,13 @@ import textwrap
 import nbformat
 import pytest
 import torch
+import torch.distributed as dist
 
 import attnlab
 from attnlab import ring
-from attnlab.ring import LAYOUTS, RingJob, expected_tiles, ring_schedule, run_ring, shard_positions
+from attnlab.blocked import attend_tiles, finish_states, start_states
+from attnlab.ring import (LAYOUTS, RingJob, RingStats, StepStats, expected_tiles, pass_on, ring_schedule, run_ring,
+                          shard_positions)
 
 T, BLOCK, HEADS, D = 32, 2, 2, 8
 
@@ -163,7 +166,56 @@ def code_without_docstrings(source: str, name: str) -> str:
     return ast.dump(ast.Module(body=body, type_ignores=[]))
 
 
-@pytest.mark.parametrize("name", ["shard_positions", "pass_on", "ring_attention"])
+@pytest.mark.parametrize("name", ["shard_positions", "attend_tiles", "pass_on", "ring_attention"])
 def test_the_code_taught_in_chapter_9_is_the_code_the_processes_run(name):
     package = inspect.getsource(getattr(ring, name))
     assert code_without_docstrings(defined_in_notebook(name), name) == code_without_docstrings(package, name)
+
+
+# ---- the caller's own functions on the ring (run_ring(..., code=...))
+
+
+def ring_attention_without_the_last_step(q, k, v, layout="contiguous", causal=True, block=64, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    positions = shard_positions(P * q.shape[-2], P, layout).to(q.device)
+    states = start_states(q, v.shape[-1], block)
+    stats = RingStats(rank)
+    for step in range(P - 1):  # the bug: one block never gets folded in
+        source = (rank - step) % P
+        k_next, v_next, requests = pass_on(k, v, group)
+        counts = attend_tiles(states, q, k, v, positions[rank], positions[source], block, causal)
+        for request in requests:
+            request.wait()
+        k, v = k_next, v_next
+        stats.steps.append(StepStats(source, counts, 0, 0.0, 0.0, 0.0))
+    return finish_states(states, q.dtype), stats
+
+
+def receive_first(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    dist.recv(k_next, (rank - 1) % P, group)  # every rank waits for a block that nobody has sent yet
+    dist.recv(v_next, (rank - 1) % P, group)
+    dist.send(k, (rank + 1) % P, group)
+    dist.send(v, (rank + 1) % P, group)
+    return k_next, v_next, []
+
+
+def test_the_callers_own_functions_run_on_the_ring_and_a_wrong_one_is_caught():
+    own = run_ring([RingJob(T=16, block=2)], 2, code=[ring.shard_positions, ring.pass_on, ring.ring_attention])
+    assert all(report.max_abs_diff < 1e-5 for report in own[0].ranks)
+    broken = run_ring([RingJob(T=16, block=2, causal=False)], 2, code={"ring_attention": ring_attention_without_the_last_step})
+    assert all(report.max_abs_diff > 1e-3 for report in broken[0].ranks)
+    assert all(len(report.steps) == 1 for report in broken[0].ranks)  # the processes ran the caller's copy
+
+
+def test_receiving_before_sending_deadlocks_and_the_timeout_ends_it():
+    with pytest.raises(RuntimeError, match="did not finish within 3 s"):
+        run_ring([RingJob(T=16, block=2)], 2, code={"pass_on": receive_first}, timeout_s=3)
+
+
+def test_code_that_is_not_a_function_is_explained():
+    with pytest.raises(TypeError, match="your own functions"):
+        run_ring([RingJob(T=16)], 2, code="ring_attention")
+    with pytest.raises(TypeError, match="your own functions"):
+        run_ring([RingJob(T=16)], 2, code={"pass_on": 3})

@@ -84,3 +84,24 @@ def test_bad_sizes_and_wrong_objects_are_explained():
         decode_greedy(model, prompt, 2, "cache")
     with pytest.raises(ValueError, match="vocab_size - 1 = 49"):
         decode_greedy(model, torch.full((1, 3), 50), 2)
+
+
+@pytest.mark.parametrize("options", [{}, {"positions": "rope", "n_kv_head": 2}, {"attention": "explicit"}])
+@pytest.mark.parametrize("ring_size", [5, 8, 9, 12, 20])
+def test_every_step_has_the_recomputed_logits_for_rings_equal_to_and_larger_than_the_window(ring_size, options):
+    """Logits, not greedy tokens: a ring larger than the window once attended in slot order under a
+    mask that assumes time order, which shifted the logits (by up to 0.05) but rarely the argmax."""
+    model = windowed(window=8, **options) if ring_size >= 8 else None
+    if model is None:  # a ring smaller than the window would have dropped keys the model still reads
+        with pytest.raises(ValueError, match=f"{ring_size}"):
+            WindowKVCache(windowed(window=8).config, 1, window=ring_size)
+        return
+    idx = torch.randint(0, 50, (2, 45))
+    full = model(idx)[0]  # [B, T, V]: recomputed with the whole sequence
+    ring = WindowKVCache(model.config, 2, window=ring_size)
+    steps = [model(idx[:, :3], cache=ring)[0]]  # a short prompt, then one token at a time
+    steps += [model(idx[:, t:t + 1], cache=ring)[0] for t in range(3, 30)]  # wraps the ring past 12
+    steps.append(model(idx[:, 30:45], cache=ring)[0])  # a chunk longer than the ring
+    cached = torch.cat(steps, dim=1)
+    assert ring.pos == 45 > 2 * ring_size
+    assert torch.allclose(cached, full, atol=1e-5), f"ring {ring_size}, window 8: cached logits differ"

@@ -1,14 +1,19 @@
 """Exercise 9 (exercises/src/09-ring-attention.md): the token -> rank layouts, the tiles each
-rank computes at each ring step under the causal mask, and folding an arriving K/V block
-into the online softmax. Pure tensor math in one process: grading starts no process group.
+rank computes at each ring step under the causal mask, folding an arriving K/V block
+into the online softmax (pure tensor math in one process), and ``pass_on`` on a real ring:
+graded by starting 2 or 3 gloo processes that run the course's ring attention with it.
 """
 
 from __future__ import annotations
 
+import builtins
+
 import torch
+import torch.distributed as dist
 
 from ..blocked import OnlineSoftmax, tile_kind
 from ..grader import Case, Task
+from ..i18n import tr
 from ..ring import expected_tiles, ring_schedule
 from ..ring import shard_positions as course_shard_positions
 from . import case_device
@@ -347,4 +352,124 @@ FOLD_BLOCK = Task(
     alternatives=[_course_state, _concatenated, _logsumexp],
 )
 
-TASKS = [SHARD_POSITIONS, TILES_PER_STEP, FOLD_BLOCK]
+# --------------------------------------------------------------------------
+# 4. pass_on(k, v, group=None) -> (k_next, v_next, requests): start sending k, v to rank + 1
+#    and receiving rank - 1's, on a real gloo ring; graded through run_ring(..., code=...)
+
+
+def pass_on(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)  # the buffers the receives fill
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+RING_CASES = [(3, "contiguous", True, 1), (2, "striped", True, 2), (3, "zigzag", True, 3), (3, "striped", False, 4)]  # P, layout, causal, seed
+RING_TIMEOUT_S = 8.0  # a deadlocked ring is stopped after this; below the grader's 10 s per call
+_warm = []
+
+
+def _warm_up():
+    """The first launch starts the forkserver (seconds); later ones take a fraction of one. Done
+    while the cases are made, outside the time limit of the learner's calls."""
+    from ..ring import RingJob, run_ring
+
+    if not _warm:
+        run_ring([RingJob(T=4, block=2, heads=1, d=2, check=False)], 2)
+        _warm.append(True)
+
+
+def ring_cases(generator):
+    _warm_up()
+    return [Case((P, layout, causal, seed), label=f"P={P}, layout={layout!r}, causal={causal}")
+            for P, layout, causal, seed in RING_CASES]
+
+
+def _on_the_ring(fn, P, layout, causal, seed):
+    """Run the course's ring_attention with ``fn`` as its pass_on on P gloo processes; return
+    the attention output of the whole sequence [1, 1, T, d], assembled from every rank."""
+    from ..ring import RingJob, RingTimeout, run_ring
+    from ..ring import shard_positions as positions_of
+
+    _warm_up()
+    T = 24
+    job = RingJob(T=T, layout=layout, causal=causal, block=2, heads=1, d=4, check=False, keep_output=True, seed=seed)
+    try:
+        result = run_ring([job], P, code={"pass_on": fn}, timeout_s=RING_TIMEOUT_S)[0]
+    except RingTimeout:
+        raise RuntimeError(tr("ch9.ex_deadlock", seconds=RING_TIMEOUT_S)) from None
+    except RuntimeError as error:  # a rank failed: its traceback ends with the learner's own error
+        lines = [line for line in str(error).strip().splitlines() if line.strip()]
+        last = lines[-1] if lines else str(error)
+        name, _, message = last.partition(": ")
+        kind = getattr(builtins, name, None)
+        if isinstance(kind, type) and issubclass(kind, Exception):  # the same type here (NotImplementedError: a stub)
+            raise kind(message) from None
+        raise RuntimeError(last) from None
+    out = torch.zeros(1, 1, T, 4)
+    for rank, report in enumerate(result.ranks):
+        out[..., positions_of(T, P, layout)[rank], :] = torch.tensor(report.output)
+    return out
+
+
+def wrong_direction(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank - 1) % P, group), dist.P2POp(dist.isend, v, (rank - 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank + 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank + 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def k_and_v_swapped(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def keeps_its_own(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k, v, requests  # the received buffers are never used
+
+
+def receives_first(k, v, group=None):
+    """Correct: the same four operations, the receives listed first."""
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group),
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def taking_turns(k, v, group=None):
+    """Correct: blocking calls, even ranks send first and odd ranks receive first (nothing to wait for)."""
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    for sending in (rank % 2 == 0, rank % 2 == 1):
+        if sending:
+            dist.send(k, (rank + 1) % P, group)
+            dist.send(v, (rank + 1) % P, group)
+        else:
+            dist.recv(k_next, (rank - 1) % P, group)
+            dist.recv(v_next, (rank - 1) % P, group)
+    return k_next, v_next, []
+
+
+PASS_ON = Task(
+    id="ch9.pass_on", exercise=EXERCISE, reference=pass_on, cases=ring_cases,
+    mutants={"wrong_direction": wrong_direction, "k_and_v_swapped": k_and_v_swapped, "keeps_its_own": keeps_its_own},
+    alternatives=[receives_first, taking_turns],
+    call=_on_the_ring,
+)
+
+TASKS = [SHARD_POSITIONS, TILES_PER_STEP, FOLD_BLOCK, PASS_ON]
