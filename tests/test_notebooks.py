@@ -253,5 +253,25 @@ def test_refresh_adds_new_cell_options_but_keeps_outputs_and_refuses_code_change
     nb = nbformat.read(refreshed[2], as_version=4)
     assert nb.cells[2].metadata["mystnb"] == {"image": {"alt": "丙"}} and nb.cells[2].outputs[0].text == "kept\n"
     path.write_text(path.read_text("utf-8").replace("show()", "show(1)"))
-    with pytest.raises(notebooks.SourceError, match="code or prose changed"):
+    with pytest.raises(notebooks.SourceError, match="code changed"):
         notebooks.refresh(notebooks.parse_source(path), tmp_path)
+
+
+def test_refresh_takes_new_prose_keeps_outputs_and_rewrites_nothing_when_code_changed(tmp_path):
+    prose = "::::{lang} en\nHello\n::::\n::::{lang} de\nHallo\n::::\n::::{lang} zh\n你好\n::::\n\n"
+    path = write_source(tmp_path, prose + "```{code-cell}\nshow()\n```\n")
+    for out in notebooks.render(notebooks.parse_source(path), tmp_path):
+        nb = nbformat.read(out, as_version=4)
+        show = next(c for c in nb.cells if c.source == "show()")
+        show.outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
+        notebooks.write_notebook(nb, out)
+    path.write_text(path.read_text("utf-8").replace("Hallo", "Hallo, Welt"))
+    refreshed = notebooks.refresh(notebooks.parse_source(path), tmp_path)
+    nb = nbformat.read(refreshed[1], as_version=4)  # de
+    assert nb.cells[0].source.startswith("Hallo, Welt")
+    assert next(c for c in nb.cells if c.source == "show()").outputs[0].text == "kept\n"
+    before = [p.read_bytes() for p in refreshed]
+    path.write_text(path.read_text("utf-8").replace("Hallo, Welt", "Hallo").replace("show()", "show(2)"))
+    with pytest.raises(notebooks.SourceError, match="code changed"):
+        notebooks.refresh(notebooks.parse_source(path), tmp_path)
+    assert [p.read_bytes() for p in refreshed] == before  # refused: nothing was rewritten

@@ -49,7 +49,7 @@ Commands (run from the repository root)::
 
     python -m tools.notebooks build [SOURCE ...]  # render + execute (stores outputs)
     python -m tools.notebooks render              # render only, no execution
-    python -m tools.notebooks refresh [SOURCE ...]  # only cell options (alt, caption, tags) changed: keep outputs
+    python -m tools.notebooks refresh [SOURCE ...]  # only prose or cell options changed: keep outputs
     python -m tools.notebooks check               # stale / missing language / code drift
 
 Exercises (``exercises/src/NN-slug.md``, same format) mark the learner's part
@@ -1059,24 +1059,44 @@ def check_exercise(source: Source, root: pathlib.Path, expected: set[pathlib.Pat
     return problems
 
 
-def refresh(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
-    """Give executed notebooks the cell metadata of ``source`` (alt texts, captions, tags), keeping their outputs.
+def executed_paths(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """The notebooks of ``source`` that ``build`` executes: a chapter's, or an exercise's solutions."""
+    if source.meta.get("kind") == "page":
+        return []
+    if is_exercise(source):
+        return [solution_path(source, lang, root) for lang in LANGUAGES]
+    return [source.output_path(lang, root) for lang in LANGUAGES]
 
-    Only for changes that cannot alter what a cell prints: refuses when any cell's
-    text, kind or order differs from the source (run ``build`` then).
+
+def refresh(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Render ``source`` again (prose, alt texts, captions, tags, exercise stubs) and keep the
+    outputs and widget state of the executed notebooks.
+
+    Only for changes that cannot alter what a cell prints: refuses, and leaves every file as
+    it was, when any code cell's id, text or order differs from what was executed (run
+    ``build`` then).
     """
-    written = []
-    for lang in LANGUAGES if source.meta.get("kind") != "page" else ():
-        path = source.output_path(lang, root)
-        committed = nbformat.read(path, as_version=4)
-        fresh = render_notebook(source, lang)
-        if [(c.id, c.cell_type, c.source) for c in committed.cells] != [(c.id, c.cell_type, c.source) for c in fresh.cells]:
-            raise SourceError(f"{path.relative_to(root)}: code or prose changed since it was executed; "
-                              "run `python -m tools.notebooks build` instead")
-        for old, new in zip(committed.cells, fresh.cells):
-            old.metadata = new.metadata
-        write_notebook(committed, path)
-        written.append(path)
+    executed = {path: nbformat.read(path, as_version=4) for path in executed_paths(source, root) if path.exists()}
+    before = {path: path.read_bytes() for path in executed}
+    written = render(source, root)
+    code = lambda nb: [(c.id, c.source) for c in nb.cells if c.cell_type == "code"]  # noqa: E731
+    fresh = {path: nbformat.read(path, as_version=4) for path in executed}
+    changed = [path for path in executed if code(fresh[path]) != code(executed[path])]
+    if changed:
+        for path, data in before.items():
+            path.write_bytes(data)
+        raise SourceError(f"{changed[0].relative_to(root)}: code changed since it was executed; "
+                          "run `python -m tools.notebooks build` instead")
+    for path, old in executed.items():
+        new = fresh[path]
+        outputs = {c.id: c for c in old.cells if c.cell_type == "code"}
+        for cell in new.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = outputs[cell.id].outputs, outputs[cell.id].execution_count
+        for key in ("widgets", "language_info"):
+            if key in old.metadata:
+                new.metadata[key] = old.metadata[key]
+        write_notebook(new, path)
     return written
 
 
