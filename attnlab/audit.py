@@ -128,10 +128,11 @@ class Adapter(nn.Module):
     ``cached=True``: the logits come from the KV cache, one token after another
     (after a prefill of the first half). ``part``: for an encoder-decoder (T5),
     ``"encoder"`` (its last hidden states stand in for the logits) or ``"decoder"``
-    (decoder input ids; the encoder reads a fixed sequence once).
+    (decoder input ids; the encoder reads a fixed sequence once, ``encoder_ids`` [1, S] or a random one).
     """
 
-    def __init__(self, model, padding: str = "none", cached: bool = False, part: str | None = None, seed: int = 0):
+    def __init__(self, model, padding: str = "none", cached: bool = False, part: str | None = None, seed: int = 0,
+                 encoder_ids: torch.Tensor | None = None):
         super().__init__()
         if padding not in PADDINGS:
             raise ValueError(tr("audit.bad_padding", options=", ".join(PADDINGS), got=describe(padding)))
@@ -140,8 +141,9 @@ class Adapter(nn.Module):
         self.model, self.padding, self.cached, self.part = model, padding, cached, part
         self.config = model.config
         self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)
-        self.encoder_ids = torch.randint(1, model.config.vocab_size, (1, 7),
-                                         generator=torch.Generator().manual_seed(seed))
+        if encoder_ids is None:  # the fixed sequence a decoder reads (T5)
+            encoder_ids = torch.randint(1, model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(seed))
+        self.encoder_ids = encoder_ids
 
     def get_input_embeddings(self) -> nn.Module:
         """The token embedding the tested ids go through (T5: its encoder's or its decoder's)."""
@@ -303,6 +305,12 @@ def test_maps(adapter: Adapter, ids: torch.Tensor, seed: int = 0) -> dict:
             "jacobian": jacobian[:, -T:]}  # the real tokens' columns
 
 
+def leaks_of(adapter: Adapter, ids: torch.Tensor, atol: float = ATOL, seed: int = 0) -> dict:
+    """What each of chapter 5's tests finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``
+    (as :func:`attnlab.causality.find_leaks`, for an adapter, padded or not)."""
+    return {test: first_leak(m, 0.0 if test == "jacobian" else atol) for test, m in test_maps(adapter, ids, seed).items()}
+
+
 def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: int = 8, seed: int = 0,
           atol: float = ATOL) -> list[AuditRow]:
     """Chapter 5's three tests on a model, for every attention implementation and padding.
@@ -331,8 +339,7 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
         for part in parts:
             for padding in paddings:
                 adapter = Adapter(model, padding, part=part, seed=seed)
-                maps = test_maps(adapter, ids, seed)
-                leaks = {test: first_leak(m, 0.0 if test == "jacobian" else atol) for test, m in maps.items()}
+                leaks = leaks_of(adapter, ids, atol, seed)
                 decoder = expected_causal(model, part)
                 cache_ok = cached_matches(model, ids, padding, part, atol) if decoder else None
                 rows.append(AuditRow(label, impl, padding, part, decoder, leaks, cache_ok))
@@ -440,9 +447,10 @@ def main(argv=None) -> int:
     parser.add_argument("target", help=tr("audit.cli_target", options=", ".join(MODELS)))
     parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS))
     parser.add_argument("--length", type=int, default=8)
-    parser.add_argument("--lang", default=os.environ.get("ATTNLAB_LANG", "en"), choices=("en", "de", "zh"))
+    parser.add_argument("--lang", default=os.environ.get("ATTNLAB_LANG"), choices=("en", "de", "zh"))
     args = parser.parse_args(argv)
-    set_language(args.lang)
+    if args.lang:  # else the current language (a notebook's)
+        set_language(args.lang)
     try:
         rows = audit(resolve(args.target), implementations=tuple(args.implementations.split(",")), T=args.length)
     except (ValueError, TypeError, ImportError) as error:

@@ -96,7 +96,7 @@ def test_the_command_line(capsys):
     assert main(["LlamaForCausalLM", "--implementations", "sdpa", "--length", "5", "--lang", "de"]) == 0
     out = capsys.readouterr().out
     assert "LlamaForCausalLM" in out and "wie erwartet" in out
-    assert main(["llama", "--implementations", "audit_own_mask", "--length", "5"]) == 1
+    assert main(["llama", "--implementations", "audit_own_mask", "--length", "5", "--lang", "en"]) == 1
     assert "NOT as expected" in capsys.readouterr().out
     assert main(["NoSuchModel"]) == 2
     assert "unknown model: NoSuchModel" in capsys.readouterr().err
