@@ -107,3 +107,23 @@ def test_the_command_line_from_a_shell():
                              "--length", "5"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "all 2 rows as expected" in result.stdout and result.stderr == ""
+
+
+def test_the_chapters_own_mask_attention_is_the_packages():
+    """Chapter 10 shows own_mask_attention in a cell; the package holds the same code (docstring aside)."""
+    import ast
+    import inspect
+
+    import nbformat
+
+    from attnlab import audit as audit_module
+
+    def body(source):
+        node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
+                    and n.name == "own_mask_attention")
+        statements = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # without the docstring
+        return [ast.dump(s) for s in statements if not isinstance(s, ast.ImportFrom)]
+
+    nb = nbformat.read(ROOT / "chapters" / "en" / "10-auditing-a-real-model.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "def own_mask_attention" in c.source)
+    assert body(cell) == body(inspect.getsource(audit_module.own_mask_attention))
