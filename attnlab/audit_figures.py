@@ -13,7 +13,7 @@ from .causality import TESTS
 from .causality_figures import TOLERANCE, leak_map_figure, verdict
 from .i18n import tr
 from .inputs import describe
-from .plotting import draw_matrix, figure_png
+from .plotting import draw_matrix, figure_png, wrap_text
 from .widgets import image_frame, nested_stack, toggle
 
 
@@ -25,6 +25,9 @@ def masks_figure(panels: Sequence[tuple[torch.Tensor, Sequence[str], str]], widt
     for ax, (allowed, labels, title) in zip(axes, panels):
         draw_matrix(ax, allowed.to(torch.float32), list(labels), kind="allowed", title=title)
     return fig
+
+
+TITLE_WIDTH = 270.0  # points: the text width under a leak map (4.6 in wide, text from 16 % of it)
 
 
 class AuditExplorer(widgets.VBox):
@@ -46,7 +49,8 @@ class AuditExplorer(widgets.VBox):
         def frame(model_index: int, padding_index: int, test_index: int) -> widgets.Image:
             label, padding, test = self.labels[model_index], PADDINGS[padding_index], TESTS[test_index]
             leak_map = self.maps[label, padding][test]
-            title = f"{label}, {tr(f'ch10.padding_{padding}')}\n{verdict(test, leak_map)}"
+            title = wrap_text(f"{label}, {tr(f'ch10.padding_{padding}')}\n{verdict(test, leak_map)}",
+                              TITLE_WIDTH, 8.5)  # the verdict wraps instead of running off the frame
             return image_frame(figure_png(leak_map_figure(leak_map, title, TOLERANCE[test])))
 
         stack, self.links = nested_stack([self.model_control, self.padding_control, self.test_control], frame)
