@@ -23,7 +23,8 @@ def test_every_exercise_has_a_stub_and_a_solution_in_every_language():
     assert [s.slug for s in EXERCISES] == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention",
                                            "04-teacher-forcing", "05-is-my-model-causal",
                                            "06-kv-cache", "07-bidirectional-attention",
-                                           "08-masks-in-real-models", "09-ring-attention", "11-backward-pass"]
+                                           "08-masks-in-real-models", "09-ring-attention",
+                                           "10-auditing-a-real-model", "11-backward-pass"]
     for source in EXERCISES:
         for lang in LANGS:
             assert source.output_path(lang) == notebooks.ROOT / "exercises" / lang / f"{source.slug}.ipynb"

@@ -16,6 +16,7 @@ CHAPTERS = ("ch1", "ch2", "ch3",
             "ch4", "ch5",  # exercises 4 and 5
             "ch6", "ch7",
             "ch8", "ch9",  # exercises 8 and 9
+            "ch10",  # exercise 10 (needs attnlab[audit])
             "ch11")  # exercise 11
 
 

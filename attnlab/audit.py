@@ -1,0 +1,466 @@
+"""Auditing a Hugging Face ``transformers`` model with chapter 5's tests (chapter 10).
+
+Needs the optional extra ``attnlab[audit]`` (``transformers``, pinned in
+requirements/lock.txt). Nothing is downloaded: every model is built from a small
+config with random, seeded float32 weights (:func:`tiny_model`).
+
+- :class:`Adapter` turns a model into what chapter 5's tests take, a function
+  from token ids [B, T] to logits [B, T, V]: with or without left padding
+  (an ``attention_mask``), through the KV cache or not, and for T5 its encoder or
+  its decoder (which reads a fixed encoder output).
+- :func:`audit` runs the prefix, cut and Jacobian tests (attnlab.causality) over
+  a model's attention implementations, padded and not, compares cached with
+  uncached logits, and returns one :class:`AuditRow` per combination;
+  :func:`audit_table` prints them in the reader's language.
+- :func:`register_leaky_attention` registers two broken attention functions
+  through the library's own ``AttentionInterface``, to see what the audit finds.
+- ``python -m attnlab.audit MODEL_CLASS_OR_CONFIG`` runs the audit from a shell.
+
+What it can prove: at the inputs it tried, whether any output moved when the
+future changed. What it cannot: inputs it did not try (other lengths, other
+padding, a longer cache), code paths it did not take (flash kernels, compiled
+graphs, a GPU), and leaks smaller than the tolerance of the prefix and cut
+tests (the Jacobian test has none, but sees only differentiable paths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .causality import cut_map, dependence_map, first_leak, jacobian_map
+from .i18n import set_language, tr
+from .inputs import describe
+
+try:
+    import transformers
+except ImportError:  # pragma: no cover - the message says how to install the extra
+    transformers = None
+
+IMPLEMENTATIONS = ("eager", "sdpa")
+PADDINGS = ("none", "left")
+ATOL = 1e-5
+PAD = 3  # left padding slots in a padded run
+LEAKY = ("audit_drops_mask", "audit_own_mask")
+
+
+def require_transformers():
+    """The ``transformers`` module, or a clear error saying how to install it."""
+    if transformers is None:
+        raise ImportError(tr("audit.no_transformers"))
+    transformers.logging.set_verbosity_error()  # no warnings on stderr (a notebook would fail)
+    return transformers
+
+
+def tiny_config(name: str):
+    """A small config (hidden 32, 2 layers, vocab 128) of one of the model families of chapter 10."""
+    tf = require_transformers()
+    small = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 max_position_embeddings=64)
+    configs = {
+        "gpt2": lambda: tf.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                      bos_token_id=0, eos_token_id=0),
+        "llama": lambda: tf.LlamaConfig(**small, num_attention_heads=4, num_key_value_heads=2),  # GQA: 2 heads per KV head
+        "mistral": lambda: tf.MistralConfig(**small, num_attention_heads=4, num_key_value_heads=2, sliding_window=4),
+        "gemma3": lambda: tf.Gemma3TextConfig(**small, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                              sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+        "bert": lambda: tf.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64),
+        "t5": lambda: tf.T5Config(vocab_size=128, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                                  decoder_start_token_id=0),
+    }
+    if name not in configs:
+        raise ValueError(tr("audit.bad_model", options=", ".join(MODELS), got=describe(name)))
+    return configs[name]()
+
+
+MODELS = ("gpt2", "llama", "mistral", "gemma3", "bert", "t5")
+MODEL_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+               "gemma3": "Gemma3ForCausalLM", "bert": "BertForMaskedLM", "t5": "T5ForConditionalGeneration"}
+
+
+def model_from_config(config, attn_implementation: str = "sdpa", seed: int = 0, model_class=None) -> nn.Module:
+    """A model with random weights (seeded, float32, eval mode) from ``config``; nothing downloaded."""
+    tf = require_transformers()
+    if attn_implementation in LEAKY:
+        register_leaky_attention()
+    if model_class is None:
+        name = type(config).__name__.removesuffix("Config")
+        model_class = {"Bert": tf.BertForMaskedLM, "T5": tf.T5ForConditionalGeneration}.get(name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if model_class is None:
+            model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
+                                                        dtype=torch.float32)
+        else:
+            model = model_class._from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)
+    return model.eval()
+
+
+def tiny_model(name: str, attn_implementation: str = "sdpa", seed: int = 0) -> nn.Module:
+    """``name`` (one of :data:`MODELS`) built from :func:`tiny_config`, random weights, eval mode."""
+    return model_from_config(tiny_config(name), attn_implementation, seed)
+
+
+def is_encoder_decoder(model) -> bool:
+    return bool(getattr(model.config, "is_encoder_decoder", False))
+
+
+def expected_causal(model, part: str | None = None) -> bool:
+    """What a correct model of this kind must be: decoders causal, BERT and T5's encoder not."""
+    if is_encoder_decoder(model):
+        return part == "decoder"
+    return bool(getattr(model.config, "is_decoder", False)) or type(model).__name__.endswith("ForCausalLM") \
+        or type(model).__name__ == "GPT2LMHeadModel"
+
+
+class Adapter(nn.Module):
+    """``model`` as a function of token ids [B, T] -> logits [B, T, V], the form chapter 5's tests take.
+
+    ``padding="left"``: :data:`PAD` padding tokens go before the sequence, with an
+    ``attention_mask`` that blocks them; the logits of the real tokens come back.
+    ``cached=True``: the logits come from the KV cache, one token after another
+    (after a prefill of the first half). ``part``: for an encoder-decoder (T5),
+    ``"encoder"`` (its last hidden states stand in for the logits) or ``"decoder"``
+    (decoder input ids; the encoder reads a fixed sequence once, ``encoder_ids`` [1, S] or a random one).
+    """
+
+    def __init__(self, model, padding: str = "none", cached: bool = False, part: str | None = None, seed: int = 0,
+                 encoder_ids: torch.Tensor | None = None):
+        super().__init__()
+        if padding not in PADDINGS:
+            raise ValueError(tr("audit.bad_padding", options=", ".join(PADDINGS), got=describe(padding)))
+        if is_encoder_decoder(model) and part not in ("encoder", "decoder"):
+            raise ValueError(tr("audit.bad_part", got=describe(part)))
+        self.model, self.padding, self.cached, self.part = model, padding, cached, part
+        self.config = model.config
+        self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)
+        if encoder_ids is None:  # the fixed sequence a decoder reads (T5)
+            encoder_ids = torch.randint(1, model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(seed))
+        self.encoder_ids = encoder_ids
+
+    def get_input_embeddings(self) -> nn.Module:
+        """The token embedding the tested ids go through (T5: its encoder's or its decoder's)."""
+        if self.part == "encoder":
+            return self.model.get_encoder().get_input_embeddings()
+        if self.part == "decoder":
+            return self.model.get_decoder().get_input_embeddings()
+        return self.model.get_input_embeddings()
+
+    def _padded(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.padding == "none":
+            return ids, None
+        B = ids.size(0)
+        pads = torch.zeros(B, PAD, dtype=ids.dtype)  # token 0 in the padding slots
+        mask = torch.cat([torch.zeros(B, PAD, dtype=torch.long), torch.ones_like(ids)], dim=1)
+        return torch.cat([pads, ids], dim=1), mask
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.part == "encoder":
+            full, mask = self._padded(ids)
+            hidden = self.model.get_encoder()(input_ids=full, attention_mask=mask).last_hidden_state
+            return hidden[:, full.size(1) - ids.size(1):]  # the real tokens' outputs
+        if self.part == "decoder":
+            encoder_out, enc_mask = self._encoded()
+            B = ids.size(0)
+            run = dict(encoder_outputs=(encoder_out.expand(B, -1, -1),),
+                       attention_mask=None if enc_mask is None else enc_mask.expand(B, -1))
+            return self._decode(ids, lambda x, **kw: self.model(decoder_input_ids=x, **run, **kw))
+        full, mask = self._padded(ids)
+        P = full.size(1) - ids.size(1)
+        if not self.cached:
+            return self.model(input_ids=full, attention_mask=mask).logits[:, P:]
+        pieces, past = [], None
+        first = P + max(1, ids.size(1) // 2)  # prefill: the padding and the first half
+        for start, stop in [(0, first)] + [(t, t + 1) for t in range(first, full.size(1))]:
+            out = self.model(input_ids=full[:, start:stop], attention_mask=None if mask is None else mask[:, :stop],
+                             cache=past, use_cache=True)
+            pieces.append(out.logits)
+            past = out.cache
+        return torch.cat(pieces, dim=1)[:, P:]
+
+    def _encoded(self):
+        """The encoder's output for the fixed encoder sequence, computed once (so the shared
+        token embedding is called only by the decoder, as the Jacobian test needs)."""
+        if getattr(self, "_encoder_cache", None) is None:
+            enc_ids, enc_mask = self._padded(self.encoder_ids)
+            with torch.no_grad():
+                hidden = self.model.get_encoder()(input_ids=enc_ids, attention_mask=enc_mask).last_hidden_state
+            self._encoder_cache = (hidden, enc_mask)
+        return self._encoder_cache
+
+    def _decode(self, ids, call):
+        if not self.cached:
+            return call(ids).logits
+        pieces, past = [], None
+        first = max(1, ids.size(1) // 2)
+        for start, stop in [(0, first)] + [(t, t + 1) for t in range(first, ids.size(1))]:
+            out = call(ids[:, start:stop], cache=past, use_cache=True)
+            pieces.append(out.logits)
+            past = out.cache
+        return torch.cat(pieces, dim=1)
+
+
+def cached_matches(model, ids: torch.Tensor, padding: str = "none", part: str | None = None,
+                   atol: float = ATOL) -> bool:
+    """Do the logits through the KV cache equal those of one uncached forward pass (within ``atol``)?"""
+    with torch.no_grad():
+        plain = Adapter(model, padding, cached=False, part=part)(ids)
+        cached = Adapter(model, padding, cached=True, part=part)(ids)
+    return torch.allclose(plain, cached, atol=atol, rtol=0)
+
+
+def generate_matches(model, prompts: torch.Tensor, lengths, new_tokens: int = 4, atol: float = ATOL) -> dict:
+    """``generate()`` (greedy) with and without the cache on left-padded ``prompts`` [B, T]
+    (row b has ``lengths[b]`` real tokens at its end): are the tokens equal, the logits close?"""
+    B, T = prompts.shape
+    mask = (torch.arange(T)[None, :] >= T - torch.as_tensor(lengths)[:, None]).long()  # [B, T], left padding
+    runs = {}
+    for use_cache in (True, False):
+        out = model.generate(input_ids=prompts * mask, attention_mask=mask, max_new_tokens=new_tokens,
+                             do_sample=False, use_cache=use_cache, pad_token_id=0, output_logits=True,
+                             return_dict_in_generate=True)
+        runs[use_cache] = out
+    cached, uncached = runs[True], runs[False]
+    return {"tokens": torch.equal(cached.sequences, uncached.sequences),
+            "logits": all(torch.allclose(a, b, atol=atol, rtol=0) for a, b in zip(cached.logits, uncached.logits))}
+
+
+def library_mask(model, T: int, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                 past: int = 0, window: bool = False) -> torch.Tensor | None:
+    """The mask ``transformers`` builds for ``model``'s attention implementation: bool
+    [B, 1, T_q, T_kv] (True = may read) or ``None`` (SDPA's fast path: ``is_causal`` instead).
+
+    ``T`` new tokens; ``attention_mask`` [B, past + T] (1 = real token); ``position_ids``
+    [B, T] that restart at 0 mark packed sequences; ``past`` tokens already in a KV cache;
+    ``window``: the mask of a sliding-window layer (``create_sliding_window_causal_mask``).
+    """
+    require_transformers()
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+    config = model.config
+    B = next((x.size(0) for x in (attention_mask, position_ids) if x is not None), 1)
+    cache = None
+    if past:
+        with torch.no_grad():
+            cache = model(input_ids=torch.ones(B, past, dtype=torch.long), use_cache=True,
+                          attention_mask=None if attention_mask is None else attention_mask[:, :past]).cache
+    embeds = torch.zeros(B, T, config.hidden_size)  # only its shape and dtype are read
+    make = create_sliding_window_causal_mask if window else create_causal_mask
+    mask = make(config=config, inputs_embeds=embeds, attention_mask=attention_mask, cache=cache,
+                position_ids=position_ids)
+    if mask is None or mask.dtype == torch.bool:
+        return mask
+    return mask == 0  # eager: an additive mask, 0 = may read, the dtype's minimum = blocked
+
+
+def course_mask(T_q: int, T_kv: int | None = None, keep: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, window: int | None = None, B: int = 1) -> torch.Tensor:
+    """The same mask from chapters 7 and 8 (attnlab.mask_builder): causal or sliding window,
+    and the padding of ``keep`` [B, T_kv], and the documents that restarting ``position_ids`` mark."""
+    from .mask_builder import and_masks, batch_mask, document_mod, mask_mod, padding_mod
+
+    rules = [mask_mod("causal") if window is None else mask_mod("sliding_window", window=window)]
+    if keep is not None:
+        rules.append(padding_mod(keep.bool()))
+        B = keep.size(0)
+    if position_ids is not None:
+        rules.append(document_mod((position_ids == 0).cumsum(dim=-1) - 1))  # a new document at every 0
+        B = position_ids.size(0)
+    return batch_mask(and_masks(*rules), B, T_q, T_kv)
+
+
+@dataclass
+class AuditRow:
+    """One line of the audit: which model, implementation, padding and part, what each test found."""
+
+    model: str
+    implementation: str
+    padding: str
+    part: str | None
+    expected_causal: bool
+    leaks: dict  # test -> first (t, s) above the diagonal, or None
+    cache_ok: bool | None  # cached logits equal to uncached (None: no cache, an encoder)
+
+    @property
+    def causal(self) -> bool:
+        return all(leak is None for leak in self.leaks.values())
+
+    @property
+    def as_expected(self) -> bool:
+        return self.causal == self.expected_causal and self.cache_ok is not False
+
+
+def test_maps(adapter: Adapter, ids: torch.Tensor, seed: int = 0) -> dict:
+    """The three maps of chapter 5 for ``adapter`` on ``ids`` [1, T]."""
+    T = ids.size(1)
+    jacobian = jacobian_map(adapter, ids, adapter.get_input_embeddings(), seed)  # [T, P + T] when padded
+    return {"prefix": dependence_map(adapter, ids, seed), "cut": cut_map(adapter, ids),
+            "jacobian": jacobian[:, -T:]}  # the real tokens' columns
+
+
+def leaks_of(adapter: Adapter, ids: torch.Tensor, atol: float = ATOL, seed: int = 0) -> dict:
+    """What each of chapter 5's tests finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``
+    (as :func:`attnlab.causality.find_leaks`, for an adapter, padded or not)."""
+    return {test: first_leak(m, 0.0 if test == "jacobian" else atol) for test, m in test_maps(adapter, ids, seed).items()}
+
+
+def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: int = 8, seed: int = 0,
+          atol: float = ATOL) -> list[AuditRow]:
+    """Chapter 5's three tests on a model, for every attention implementation and padding.
+
+    ``model_or_name``: a name of :data:`MODELS`, a ``transformers`` config, or a
+    model (rebuilt from its config, with its class, for each implementation; the
+    weights are new random ones: causality is a property of the code, not of
+    the weights). Encoder-decoders are audited part by part.
+    """
+    require_transformers()
+    if isinstance(model_or_name, str):
+        config, model_class = tiny_config(model_or_name), None
+        label = model_or_name
+    elif isinstance(model_or_name, nn.Module) and hasattr(model_or_name, "config"):
+        config, model_class = model_or_name.config, type(model_or_name)
+        label = type(model_or_name).__name__
+    elif isinstance(model_or_name, transformers.PreTrainedConfig):
+        config, model_class, label = model_or_name, None, type(model_or_name).__name__
+    else:
+        raise TypeError(tr("audit.bad_subject", got=describe(model_or_name)))
+    ids = torch.randint(1, config.vocab_size, (1, T), generator=torch.Generator().manual_seed(seed))
+    rows = []
+    for impl in implementations:
+        model = model_from_config(config, impl, seed, model_class)
+        parts = ("encoder", "decoder") if is_encoder_decoder(model) else (None,)
+        for part in parts:
+            for padding in paddings:
+                adapter = Adapter(model, padding, part=part, seed=seed)
+                leaks = leaks_of(adapter, ids, atol, seed)
+                decoder = expected_causal(model, part)
+                cache_ok = cached_matches(model, ids, padding, part, atol) if decoder else None
+                rows.append(AuditRow(label, impl, padding, part, decoder, leaks, cache_ok))
+    return rows
+
+
+def _width(text: str) -> int:
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def audit_table(rows: list[AuditRow]) -> str:
+    """The audit as a text table in the reader's language: one line per row, '-' = no leak found."""
+    header = [tr("audit.col_model"), tr("audit.col_impl"), tr("audit.col_padding")] \
+        + [tr(f"ch5.test_{test}") for test in ("prefix", "cut", "jacobian")] \
+        + [tr("audit.col_cache"), tr("audit.col_verdict")]
+    lines = [header]
+    for row in rows:
+        name = row.model if row.part is None else f"{row.model} ({tr('audit.part_' + row.part)})"
+        cache = "-" if row.cache_ok is None else tr("audit.yes" if row.cache_ok else "audit.no")
+        verdict = tr("audit.expected_causal" if row.expected_causal else "audit.expected_bidirectional")
+        verdict += " " + tr("audit.ok" if row.as_expected else "audit.wrong")
+        lines.append([name, row.implementation, tr(f"audit.padding_{row.padding}")]
+                     + [str(row.leaks[test] or "-") for test in ("prefix", "cut", "jacobian")] + [cache, verdict])
+    widths = [max(_width(line[i]) for line in lines) + 2 for i in range(len(header))]
+    return "\n".join("".join(cell + " " * (w - _width(cell)) for w, cell in zip(widths, line)).rstrip()
+                     for line in lines)
+
+
+# --------------------------------------------------------------------------
+# Two broken attention functions, registered through the library's interface
+
+
+def drops_mask_attention(module, query, key, value, attention_mask, **kwargs):
+    """Broken on purpose: calls the library's SDPA function without the mask and without ``is_causal``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kwargs.pop("is_causal", None)
+    return sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
+
+
+def own_mask_attention(module, query, key, value, attention_mask, **kwargs):
+    """Broken on purpose, the bug class of transformers issue #48748: the layer adds its own
+    bias to the mask it was given, and builds that bias from nothing when the mask is ``None``.
+    On SDPA's fast path the library passes ``None`` and relies on ``is_causal``; a mask that is
+    not ``None`` switches ``is_causal`` off, so the causal rule is lost."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    T_q, T_kv = query.size(-2), key.size(-2)
+    own = torch.zeros(query.size(0), 1, T_q, T_kv, dtype=query.dtype)  # the layer's own bias (zero here)
+    if attention_mask is not None:  # the causal rule arrives only when the library built a mask
+        blocked = ~attention_mask if attention_mask.dtype == torch.bool else attention_mask < 0
+        own = own.masked_fill(blocked[..., -T_kv:], torch.finfo(query.dtype).min)
+    return sdpa_attention_forward(module, query, key, value, own, **kwargs)
+
+
+def register_leaky_attention() -> tuple[str, ...]:
+    """Register :data:`LEAKY` with ``AttentionInterface`` (and SDPA's mask function with
+    ``AttentionMaskInterface``, so the library builds the masks it builds for ``sdpa``)."""
+    require_transformers()
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    for name, function in zip(LEAKY, (drops_mask_attention, own_mask_attention)):
+        AttentionInterface.register(name, function)
+        AttentionMaskInterface.register(name, sdpa_mask)
+    return LEAKY
+
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def resolve(target: str):
+    """A name of :data:`MODELS`, or a class of ``transformers`` (``LlamaForCausalLM``, ``LlamaConfig``,
+    ``transformers.LlamaConfig``, ``package.module:Class``): a model class gets its tiny config."""
+    tf = require_transformers()
+    if target in MODELS:
+        return target
+    module_name, _, attr = target.rpartition(":") if ":" in target else target.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name) if module_name else tf, attr)
+    except (ImportError, AttributeError):
+        raise ValueError(tr("audit.unknown_target", got=target, options=", ".join(MODELS))) from None
+    if isinstance(obj, type) and issubclass(obj, tf.PreTrainedConfig):
+        return small_config(obj)
+    if isinstance(obj, type) and issubclass(obj, tf.PreTrainedModel):
+        return model_from_config(small_config(obj.config_class), "eager", 0, obj)
+    raise ValueError(tr("audit.unknown_target", got=target, options=", ".join(MODELS)))
+
+
+def small_config(config_class):
+    """``config_class`` with small sizes for whichever of the common size fields it has."""
+    sizes = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=64, n_embd=32, n_layer=2, n_head=2,
+                 n_positions=64, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, bos_token_id=0,
+                 eos_token_id=0, pad_token_id=0, decoder_start_token_id=0)
+    defaults = config_class()
+    return config_class(**{k: v for k, v in sizes.items() if hasattr(defaults, k)})
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.audit", description=tr("audit.cli_description"))
+    parser.add_argument("target", help=tr("audit.cli_target", options=", ".join(MODELS)))
+    parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS))
+    parser.add_argument("--length", type=int, default=8)
+    parser.add_argument("--lang", default=os.environ.get("ATTNLAB_LANG"), choices=("en", "de", "zh"))
+    args = parser.parse_args(argv)
+    if args.lang:  # else the current language (a notebook's)
+        set_language(args.lang)
+    try:
+        rows = audit(resolve(args.target), implementations=tuple(args.implementations.split(",")), T=args.length)
+    except (ValueError, TypeError, ImportError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(audit_table(rows))
+    wrong = [row for row in rows if not row.as_expected]
+    print(tr("audit.summary_wrong", n=len(wrong)) if wrong else tr("audit.summary_ok", n=len(rows)))
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""Exercise 10 (exercises/src/10-auditing-a-real-model.md): the adapter of a Hugging Face model
+with left padding, and the check that finds the leaking models among five. The models are tiny
+``transformers`` models built from configs (attnlab.audit), nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+
+import torch
+
+from ..audit import register_leaky_attention, require_transformers, tiny_model
+from ..causality import eval_mode
+from ..grader import Case, Task
+
+EXERCISE = "10-auditing-a-real-model"
+ATOL = 1e-5
+SMALL = 1e-3  # the small leak: a thousandth of the unmasked attention mixed in (a change of about 1e-4 in the logits)
+
+
+def small_leak_attention(module, query, key, value, attention_mask, **kwargs):
+    """SDPA with the mask, plus a thousandth of SDPA without it: a leak well above rounding
+    noise and well below 1e-2."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    causal, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    kwargs.pop("is_causal", None)
+    ahead, _ = sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
+    return causal + SMALL * (ahead - causal), weights
+
+
+def register_small_leak() -> str:
+    require_transformers()
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    register_leaky_attention()
+    AttentionInterface.register("exercise_small_leak", small_leak_attention)
+    AttentionMaskInterface.register("exercise_small_leak", sdpa_mask)
+    return "exercise_small_leak"
+
+
+@lru_cache(maxsize=None)
+def _template(name: str, implementation: str, seed: int):
+    if implementation == "exercise_small_leak":
+        register_small_leak()
+    model = tiny_model(name, implementation, seed)
+    return model, copy.deepcopy(model.state_dict())
+
+
+def build(spec) -> torch.nn.Module:
+    """The model of ``spec`` = (name, implementation, seed, training), built once and reset for
+    every call: its weights restored (whatever a learner's function did to them) and its mode set."""
+    name, implementation, seed, training = spec
+    model, state = _template(name, implementation, seed)
+    model.load_state_dict(state)
+    return model.train() if training else model.eval()
+
+
+# --------------------------------------------------------------------------
+# 1. padded_logits(model, ids, pad) -> [B, T, V]: ids [B, T] after `pad` padding tokens (token 0)
+#    on the LEFT, blocked by an attention_mask; the logits of the real tokens; model in eval mode
+
+
+def padded_logits(model, ids, pad):
+    B, T = ids.shape
+    full = torch.cat([torch.zeros(B, pad, dtype=ids.dtype), ids], dim=1)  # [B, pad + T]: padding first
+    mask = torch.cat([torch.zeros(B, pad, dtype=torch.long), torch.ones(B, T, dtype=torch.long)], dim=1)
+    with eval_mode(model):
+        logits = model(input_ids=full, attention_mask=mask).logits  # [B, pad + T, V]
+    return logits[:, pad:]  # the real tokens
+
+
+ADAPTER_CASES = [  # (name, implementation, training, B, T, pad); GPT-2 has learned absolute positions
+    ("gpt2", "eager", True, 2, 5, 3), ("gpt2", "sdpa", False, 1, 7, 2), ("llama", "sdpa", False, 2, 6, 4),
+    ("mistral", "eager", True, 1, 8, 1), ("gpt2", "sdpa", True, 3, 4, 2),
+]
+
+
+def adapter_cases(generator):
+    cases = []
+    for seed, (name, impl, training, B, T, pad) in enumerate(ADAPTER_CASES):
+        ids = torch.randint(1, 128, (B, T), generator=generator)
+        cases.append(Case(((name, impl, seed, training), ids, pad),
+                          label=f"{name} {impl}{', train()' if training else ''}, B={B}, T={T}, pad={pad}"))
+    return cases
+
+
+def _call_adapter(fn, spec, ids, pad):
+    return fn(build(spec), ids, pad)
+
+
+def _adapter_mutant(side="left", mask="right", keep="real", train_mode=False):
+    def adapter(model, ids, pad):
+        B, T = ids.shape
+        pads = torch.zeros(B, pad, dtype=ids.dtype)
+        full = torch.cat([pads, ids] if side == "left" else [ids, pads], dim=1)
+        ones, zeros = torch.ones(B, T, dtype=torch.long), torch.zeros(B, pad, dtype=torch.long)
+        attention = {"right": torch.cat([zeros, ones] if side == "left" else [ones, zeros], dim=1),
+                     "none": None, "inverted": torch.cat([1 - zeros, 1 - ones], dim=1)}[mask]
+        if not train_mode:
+            model.eval()
+        logits = model(input_ids=full, attention_mask=attention).logits
+        return logits[:, pad:] if keep == "real" else logits[:, :T]
+
+    return adapter
+
+
+def _adapter_with_pad_function(model, ids, pad):
+    """Correct: torch.nn.functional.pad for the ids and the mask."""
+    model.eval()
+    full = torch.nn.functional.pad(ids, (pad, 0), value=0)
+    mask = torch.nn.functional.pad(torch.ones_like(ids), (pad, 0), value=0)
+    return model(input_ids=full, attention_mask=mask).logits[:, -ids.size(1):]
+
+
+def _adapter_bool_mask(model, ids, pad):
+    """Correct: a bool keep-mask from the positions, turned into the long 0/1 mask."""
+    with eval_mode(model):
+        B, T = ids.shape
+        full = torch.zeros(B, pad + T, dtype=torch.long)
+        full[:, pad:] = ids
+        keep = torch.arange(pad + T)[None, :].expand(B, -1) >= pad
+        return model(input_ids=full, attention_mask=keep.long()).logits[:, pad:]
+
+
+PADDED_LOGITS = Task(
+    id="ch10.padded_logits", exercise=EXERCISE, reference=padded_logits, cases=adapter_cases, call=_call_adapter,
+    mutants={
+        "wrong_side": _adapter_mutant(side="right"),
+        "no_attention_mask": _adapter_mutant(mask="none"),
+        "mask_inverted": _adapter_mutant(mask="inverted"),
+        "keeps_padding": _adapter_mutant(keep="first"),
+        "no_eval": _adapter_mutant(train_mode=True),
+    },
+    alternatives=[_adapter_with_pad_function, _adapter_bool_mask],
+)
+
+
+# --------------------------------------------------------------------------
+# 2. leaky_models(models, ids, atol) -> list of five bools: True where changing one later
+#    token moves an earlier output by more than atol (prefix test, models in eval mode)
+
+
+def leaky_models(models, ids, atol=ATOL):
+    T = ids.size(1)
+    earlier = torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)  # [s, t]: outputs t before the change at s
+    flags = []
+    for model in models:
+        changed = ids.repeat(T, 1)  # [T, T]: sequence s has a new token at position s
+        changed[torch.arange(T), torch.arange(T)] = (ids[0] + 1) % model.config.vocab_size
+        with eval_mode(model), torch.no_grad():
+            base = model(input_ids=ids).logits  # [1, T, V]
+            moved = model(input_ids=changed).logits  # [T (changed s), T (output t), V]
+        change = (moved - base).abs().amax(dim=-1)  # [s, t]
+        flags.append(bool((change[earlier] > atol).any()))
+    return flags
+
+
+POOL = {  # label -> (name, implementation, training)
+    "llama": ("llama", "sdpa", False), "gemma3": ("gemma3", "eager", False), "mistral": ("mistral", "sdpa", False),
+    "gpt2_dropout": ("gpt2", "eager", True),  # causal, with dropout, handed over in training mode
+    "own_mask": ("llama", "audit_own_mask", False),  # leaks on SDPA's fast path only (no padding)
+    "small_leak": ("mistral", "exercise_small_leak", False),  # a leak of about 1e-4
+    "drops_mask": ("gpt2", "audit_drops_mask", False),
+}
+LINEUPS = [  # five models per case, the leaking ones in other places each time
+    (["llama", "own_mask", "gpt2_dropout", "small_leak", "gemma3"], 6),
+    (["small_leak", "gpt2_dropout", "mistral", "llama", "own_mask"], 8),
+    (["gpt2_dropout", "drops_mask", "own_mask", "gemma3", "small_leak"], 7),
+    (["own_mask", "small_leak", "llama", "mistral", "gpt2_dropout"], 5),
+]
+
+
+def lineup_cases(generator):
+    cases = []
+    for n, (labels, T) in enumerate(LINEUPS):
+        specs = tuple((*POOL[label][:2], 10 + n, POOL[label][2]) for label in labels)
+        ids = torch.randint(1, 128, (1, T), generator=generator)
+        cases.append(Case((specs, ids), {"atol": ATOL}, label=f"{', '.join(labels)}; T={T}"))
+    return cases
+
+
+def _call_lineup(fn, specs, ids, atol):
+    return fn([build(spec) for spec in specs], ids, atol=atol)
+
+
+def _lineup_mutant(positions="before", atol_used=None, train_mode=False, padding=0):
+    def leaky(models, ids, atol=ATOL):
+        T = ids.size(1)
+        flags = []
+        for model in models:
+            if not train_mode:
+                model.eval()
+            changed = ids.repeat(T, 1)
+            changed[torch.arange(T), torch.arange(T)] = (ids[0] + 1) % model.config.vocab_size
+            if padding:  # always with left padding and its mask: the library then always builds the mask
+                def run(x):
+                    full = torch.cat([torch.zeros(x.size(0), padding, dtype=x.dtype), x], dim=1)
+                    mask = (full != 0).long()
+                    mask[:, padding:] = 1
+                    return model(input_ids=full, attention_mask=mask).logits[:, padding:]
+            else:
+                def run(x):
+                    return model(input_ids=x).logits
+            change = (run(changed) - run(ids)).abs().amax(dim=-1)  # [s, t]
+            ones = torch.ones(T, T, dtype=torch.bool)
+            region = ones.tril(diagonal=-1) if positions == "before" else ones.triu()  # "after": t >= s
+            flags.append(bool((change[region] > (atol if atol_used is None else atol_used)).any()))
+        return flags
+
+    return leaky
+
+
+def _lineup_with_course_map(models, ids, atol=ATOL):
+    """Correct: chapter 5's dependence_map through a one-line adapter (eval mode first: a lambda has none)."""
+    from ..causality import dependence_map
+
+    return [bool((dependence_map(lambda x, m=m.eval(): m(input_ids=x).logits, ids) > atol).triu(diagonal=1).any())
+            for m in models]
+
+
+def _lineup_one_at_a_time(models, ids, atol=ATOL):
+    """Correct: one changed sequence per forward pass, the earlier outputs compared with allclose."""
+    flags = []
+    for model in models:
+        model.eval()
+        base = model(input_ids=ids).logits[0]
+        leak = False
+        for s in range(1, ids.size(1)):
+            other = ids.clone()
+            other[0, s] = 1 if ids[0, s] != 1 else 2
+            out = model(input_ids=other).logits[0]
+            leak = leak or not torch.allclose(out[:s], base[:s], rtol=0, atol=atol)
+        flags.append(leak)
+    return flags
+
+
+LEAKY_MODELS = Task(
+    id="ch10.leaky_models", exercise=EXERCISE, reference=leaky_models, cases=lineup_cases, call=_call_lineup,
+    mutants={
+        "compares_after_change": _lineup_mutant(positions="after"),
+        "loose_tolerance": _lineup_mutant(atol_used=1e-2),
+        "no_eval": _lineup_mutant(train_mode=True),
+        "always_padded": _lineup_mutant(padding=2),
+    },
+    alternatives=[_lineup_with_course_map, _lineup_one_at_a_time],
+)
+
+TASKS = [PADDED_LOGITS, LEAKY_MODELS]
