@@ -486,7 +486,7 @@ def test_two_mistakes_at_once_are_both_named():
                for f in result.failures if "T_q" not in f.label)
     inverted = grader.grade("ch1.causal_mask", lambda T: torch.zeros(T, T).masked_fill(
         torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")))
-    assert {k for f in inverted.failures for k in f.problem.keys()} == {
+    assert {k for f in inverted.failures if f.case > 1 for k in f.problem.keys()} == {  # T = 1: see COINCIDENCES
         "grader.additive_for_bool", "grader.mutant.ch1.causal_mask.inverted"}
     right_pattern = grader.grade("ch1.causal_mask", lambda T: torch.zeros(T, T).masked_fill(
         ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")))
@@ -502,8 +502,10 @@ def test_a_window_hard_coded_to_the_example_is_told_w_is_ignored_and_a_wrong_off
 
 
 def test_a_forbidden_api_loses_the_point_even_when_the_output_is_right():
-    result = grader.grade("ch8.gqa_attention", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, None, 0.0, True, None, True))  # enable_gqa passed by position
+    from torch.nn.functional import scaled_dot_product_attention as attend  # under another name
+
+    options = {"is_causal": True, "enable_gqa": True}
+    result = grader.grade("ch8.gqa_attention", lambda q, k, v: attend(q, k, v, **options))
     assert result.points == 0 and keys(result) == {"grader.forbidden.ch8.gqa_attention.enable_gqa"}
     assert torch.nn.functional.scaled_dot_product_attention(torch.ones(1, 1, 2), torch.ones(1, 1, 2),
                                                             torch.ones(1, 1, 2)).shape == (1, 1, 2)  # no mode left over

@@ -263,7 +263,7 @@ GQA_ATTENTION = Task(
     },
     forbidden={  # the task says: without enable_gqa, repeat the key/value heads yourself
         "enable_gqa": lambda func, args, kwargs: func is F.scaled_dot_product_attention
-        and bool(kwargs.get("enable_gqa", args[7] if len(args) > 7 else False)),
+        and bool(kwargs.get("enable_gqa", False)),
     },
     alternatives=[
         _grouped_einsum,

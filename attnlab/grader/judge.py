@@ -28,6 +28,7 @@ from .timelimit import TimeLimitExceeded, call_with_time_limit
 DEFAULT_TIME_LIMIT = 10.0  # seconds per call of the learner's function
 PROBE_DEVICE = "meta"
 DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on the same device")
+_OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, mutant or ""): output
 
 
 @dataclass
@@ -145,16 +146,32 @@ class Grader:
         return Problem("grader.raised", {"error": type(error).__name__, "message": message})
 
     # --- the mistakes an output shows
-    def mutant_matches(self, case: Case, reference: Any, got: Any) -> list[str]:
-        names = []
+    def output_of(self, name: str, fn: Callable, case: Case, index: int) -> Any:
+        """The output of the reference or a mutant on case ``index``: each runs once per kernel
+        (the cases are the same on every run, and so are their seeds)."""
+        key = (self.task.id, index, name)
+        if key not in _OUTPUTS:
+            try:
+                _OUTPUTS[key] = (True, self.task.run(fn, case))
+            except Exception as error:  # noqa: BLE001
+                _OUTPUTS[key] = (False, error)
+        ok, value = _OUTPUTS[key]
+        if not ok:
+            raise value
+        return value
+
+    def mutant_outputs(self, case: Case) -> dict[str, Any]:
+        outputs = {}
         for name, mutant in self.task.mutants.items():
             try:
-                wrong = self.task.run(mutant, case)
+                outputs[name] = self.output_of(name, mutant, case, self.index[id(case)])
             except Exception:  # noqa: BLE001 - a mutant that cannot run on this case says nothing
                 continue
-            if not same_output(wrong, reference) and same_output(got, wrong):
-                names.append(name)
-        return names
+        return outputs
+
+    def mutant_matches(self, case: Case, reference: Any, got: Any) -> list[str]:
+        return [name for name, wrong in self.mutant_outputs(case).items()
+                if not same_output(wrong, reference) and same_output(got, wrong)]
 
     def additive_mask(self, case: Case, reference: Any, got: torch.Tensor, problem: Problem) -> Problem:
         """An additive mask where a bool one is asked: read it as a bool mask (0 = may read) and
@@ -171,12 +188,7 @@ class Grader:
         """Several returned values: the mistake each wrong one shows alone, ``[(item, name)]``."""
         if not (_holds_tensors(reference) and isinstance(got, (list, tuple)) and len(got) == len(reference)):
             return []
-        outputs = {}
-        for name, mutant in self.task.mutants.items():
-            try:
-                outputs[name] = self.task.run(mutant, case)
-            except Exception:  # noqa: BLE001
-                continue
+        outputs = self.mutant_outputs(case)
         found = []
         for n, (e, g) in enumerate(zip(reference, got)):
             if same_output(e, g):
@@ -186,7 +198,22 @@ class Grader:
                         and not same_output(wrong[n], e) and same_output(wrong[n], g)):
                     found.append((n, name))
                     break
-        return found
+            else:
+                found.append((n, None))  # wrong, but like no known mistake
+        return found if any(name for _, name in found) else []
+
+    def items_problem(self, task: Task, reference: Any, got: Any, named: list, problem: Problem) -> Problem:
+        """One problem per wrong returned value: its mistake's name, or what is wrong with it."""
+        problems = []
+        for n, name in named:
+            if name is not None:
+                problems.append(Problem(f"grader.mutant.{task.id}.{name}"))
+            else:
+                inner = compare_outputs(reference[n], got[n], task.atol, task.rtol)
+                problems.append(Problem("grader.returned_item", {"n": n + 1, "total": len(reference)}, detail=inner))
+        first = next(i for i, (_, name) in enumerate(named) if name is not None)
+        main = problems.pop(first)
+        return Problem(main.key, main.params, problem, problems)
 
     def random_answer(self, case: Case, problem: Problem, got: Any) -> bool:
         innermost = problem
@@ -232,6 +259,7 @@ class Grader:
     def grade(self) -> Result:
         task = self.task
         cases = task.make_cases()
+        self.index = {id(case): n for n, case in enumerate(cases)}
         outputs: list[Any] = []
         expected: list[Any] = []
         problems: list[Problem | None] = []
@@ -253,7 +281,7 @@ class Grader:
                     problems.append(self.failed_call(error))
                 extras.append(watch.problems(task))
                 continue
-            reference = task.run(task.reference, case)
+            reference = self.output_of("", task.reference, case, self.index[id(case)])
             expected.append(reference)
             try:
                 got = self.call(case, watch=watch)
@@ -276,8 +304,7 @@ class Grader:
                     if not matches[-1]:
                         named = self.item_mutants(case, reference, got)
                         if named:
-                            problem = Problem(f"grader.mutant.{task.id}.{named[0][1]}", detail=problem,
-                                              also=[Problem(f"grader.mutant.{task.id}.{name}") for _, name in named[1:]])
+                            problem = self.items_problem(task, reference, got, named, problem)
                         elif self.random_answer(case, problem, got):
                             problem = Problem("grader.random_output", detail=problem)
                 problems.append(problem)
