@@ -6,6 +6,8 @@ learner's function does (raise, hang, NaN, None, wrong shape, a fixed answer) cr
 import json
 import pathlib
 import re
+import signal
+import sys
 import threading
 import time
 
@@ -15,6 +17,7 @@ import torch
 
 from attnlab import grader, i18n
 from attnlab.exercises import all_tasks, exercise_tasks
+from grader_answers import RIGHT, WRONG
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TASKS = all_tasks()
@@ -50,8 +53,10 @@ def test_eleven_chapters_every_task_has_mutants_alternatives_and_messages():
         assert f"grader.task.{task_id}" in catalog, task_id
         for name in task.mutants:
             assert f"grader.mutant.{task_id}.{name}" in catalog, (task_id, name)
+        for name in task.forbidden:
+            assert f"grader.forbidden.{task_id}.{name}" in catalog, (task_id, name)
     used = set()
-    for path in [ROOT / "attnlab" / "grader.py", *sorted((ROOT / "attnlab" / "exercises").glob("*.py"))]:
+    for path in [*sorted((ROOT / "attnlab" / "grader").glob("*.py")), *sorted((ROOT / "attnlab" / "exercises").glob("*.py"))]:
         used |= set(re.findall(r'"(grader\.[a-z_.]+[a-z_])"', path.read_text("utf-8")))
     assert used and not {key for key in used if key not in catalog and not key.endswith(".")}
 
@@ -120,6 +125,12 @@ COINCIDENCES = {
     # from the empty state, acc / l is the block's softmax @ v: dividing the block or the sum is the same
     ("ch9.fold_block", frozenset({"normalized_block", "normalized_acc"})):
         lambda case: bool(case.args[0].isinf().all()),
+    # with one query the offset T_q - T_kv with the wrong sign blocks every key, as the inverted mask does;
+    # the other cases tell them apart, and the grader names the mistake that explains most cases
+    ("ch6.decode_mask", frozenset({"inverted", "offset_sign"})): lambda case: case.args[0] == 1,
+    # a window hard-coded to the example's W = 3 is one key too many at W = 2, one too few at W = 4
+    ("ch8.sliding_window_mask", frozenset({"window_ignored", "off_by_one"})): lambda case: case.args[1] == 2,
+    ("ch8.sliding_window_mask", frozenset({"window_ignored", "window_too_small"})): lambda case: case.args[1] == 4,
 }
 
 
@@ -223,6 +234,102 @@ def test_an_outer_alarm_keeps_running_after_a_check():
         signal.signal(signal.SIGALRM, previous)
 
 
+# Code that fights the time limit: each form once (issue 23). ``T`` is the case's argument.
+
+
+def _retries_on_index_error(T):
+    while True:
+        try:
+            [][0]
+        except:  # noqa: E722 - the point of the test
+            continue
+
+
+def _catches_base_exception(T):
+    while True:
+        try:
+            while True:
+                pass
+        except BaseException:
+            pass
+
+
+def _finally_loops(T):
+    try:
+        while True:
+            pass
+    finally:
+        while True:
+            pass
+
+
+def _ignores_sigalrm(T):
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    while True:
+        pass
+
+
+def _cancels_timers(T):
+    signal.alarm(0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    while True:
+        try:
+            pass
+        except:  # noqa: E722
+            pass
+
+
+def _blocks_sigalrm(T):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    while True:
+        pass
+
+
+def _catches_and_retries(T):
+    try:
+        while True:
+            pass
+    except BaseException:
+        return _catches_and_retries(T)
+
+
+def _sleeps_and_catches(T):
+    while True:
+        try:
+            time.sleep(60)
+        except BaseException:
+            pass
+
+
+DEFIANT = {f.__name__.strip("_"): f for f in (
+    _retries_on_index_error, _catches_base_exception, _finally_loops, _ignores_sigalrm, _cancels_timers,
+    _blocks_sigalrm, _catches_and_retries, _sleeps_and_catches)}
+
+
+@pytest.mark.parametrize("name", DEFIANT)
+def test_the_time_limit_holds_against_code_that_fights_it(name):
+    """Bare except, except BaseException, a finally that loops, signal calls, catch and retry: each
+    case stops at the limit, and the signal handler, signal mask and trace function are as before."""
+    handler, mask, trace = signal.getsignal(signal.SIGALRM), signal.pthread_sigmask(signal.SIG_BLOCK, []), sys.gettrace()
+    start = time.perf_counter()
+    result = grader.grade("ch1.causal_mask", DEFIANT[name], time_limit=0.1)
+    assert time.perf_counter() - start < 20  # four cases of 0.1 s, on a busy machine
+    assert result.points == 0 and keys(result) == {"grader.timeout"}, result.text()
+    assert signal.getsignal(signal.SIGALRM) is handler and signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
+    assert sys.gettrace() is trace
+
+
+def test_check_reports_the_time_limit_for_code_that_fights_it_also_off_the_main_thread(capsys):
+    grader.check("ch1.causal_mask", _retries_on_index_error, time_limit=0.1)
+    assert "stopped after 0.1 s" in capsys.readouterr().out
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        grader.grade("ch1.causal_mask", _finally_loops, time_limit=0.1)))
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive() and keys(results[0]) == {"grader.timeout"}
+
+
 def test_none_wrong_shape_dtype_device_and_nan_each_have_a_message():
     cases = {
         "grader.none": lambda T: None,
@@ -278,9 +385,12 @@ def test_check_leaves_the_notebooks_random_numbers_alone():
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_an_in_place_edit_of_the_input_is_fine_and_changes_no_case():
+def test_an_in_place_edit_of_an_input_loses_the_point_with_its_name_in_every_language():
+    """The caller's tensor changed is a data bug, even when the returned weights are right."""
     result = grader.grade("ch1.masked_softmax", lambda s, a: s.masked_fill_(~a, float("-inf")).softmax(dim=-1))
-    assert result.passed, result.text()
+    assert result.points == 0 and keys(result) == {"grader.changed_input"}
+    for lang in i18n.LANGUAGES:
+        assert i18n.tr("grader.changed_input", lang=lang, name="scores") in result.text(lang)
 
 
 def test_dropout_in_training_must_be_random_and_unbiased():
@@ -311,6 +421,95 @@ def test_a_tuple_of_tensors_is_compared_value_by_value_and_names_the_one_that_di
     assert grader.same_output((torch.ones(2), torch.zeros(3)), [torch.ones(2), torch.zeros(3)])
     assert not grader.same_output((torch.ones(2), torch.zeros(3)), (torch.ones(2), torch.ones(3)))
     assert not grader.same_output((torch.ones(2),), (torch.ones(2), torch.zeros(3)))
+
+
+# --------------------------------------------------------------------------
+# Wrong answers a comparison of outputs alone cannot see, task by task (tests/grader_answers.py):
+# an input edited in place, a tensor made on the CPU, a generator ignored, an 80/10/10 split by
+# position, dropout in the wrong place or at the wrong rate; and a correct rewrite per task.
+
+WRONG_ANSWERS = [(task_id, n) for task_id in TASKS for n in range(len(WRONG[task_id]))]
+
+
+def all_keys(problem):
+    found = {problem.key}
+    for other in ([problem.detail] if problem.detail else []) + problem.also:
+        found |= all_keys(other)
+    return found
+
+
+def test_every_task_has_two_new_wrong_answers_and_a_correct_rewrite():
+    assert set(WRONG) == set(RIGHT) == set(TASKS)
+    assert all(len(WRONG[t]) >= 2 and RIGHT[t] is not None for t in TASKS)
+
+
+@pytest.mark.parametrize("task_id,n", WRONG_ANSWERS, ids=[f"{t}-{WRONG[t][n][0]}" for t, n in WRONG_ANSWERS])
+def test_each_new_wrong_answer_loses_points_with_its_message(task_id, n):
+    what, answer, key = WRONG[task_id][n]
+    result = grader.grade(task_id, answer)
+    assert not result.passed, (what, result.text())
+    named = set().union(*(all_keys(f.problem) for f in result.failures))
+    assert key is None or key in named, (what, result.text())
+    if key is not None:
+        for lang in i18n.LANGUAGES:  # the message is there, in every language
+            assert i18n.tr(key, lang=lang, **next(p.params for f in result.failures for p in _walk(f.problem)
+                                                   if p.key == key)) in result.text(lang)
+
+
+def _walk(problem):
+    yield problem
+    for other in ([problem.detail] if problem.detail else []) + problem.also:
+        yield from _walk(other)
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_each_correct_rewrite_gets_full_marks(task_id):
+    result = grader.grade(task_id, RIGHT[task_id])
+    assert result.passed, result.text()
+
+
+def test_two_mistakes_at_once_are_both_named():
+    """Each mistake recognizable alone is named: two returned masks wrong in two ways, an input edited
+    in place besides a known mistake, an additive mask that is also inverted."""
+    def both(T_enc, T_dec):
+        return (torch.ones(T_enc, T_enc, dtype=torch.bool).tril(), torch.ones(T_dec, T_dec, dtype=torch.bool).tril(),
+                torch.ones(T_enc, T_dec, dtype=torch.bool))
+
+    named = {k for f in grader.grade("ch7.encoder_decoder_masks", both).failures for k in f.problem.keys()}
+    assert {"grader.mutant.ch7.encoder_decoder_masks.encoder_causal",
+            "grader.mutant.ch7.encoder_decoder_masks.cross_transposed"} <= named
+
+    def zero_fill_in_place(s, a):
+        return s.masked_fill_(~a, 0.0).softmax(dim=-1)
+
+    result = grader.grade("ch1.masked_softmax", zero_fill_in_place)
+    assert all(f.problem.keys() == {"grader.mutant.ch1.masked_softmax.zero_fill", "grader.changed_input"}
+               for f in result.failures if "T_q" not in f.label)
+    inverted = grader.grade("ch1.causal_mask", lambda T: torch.zeros(T, T).masked_fill(
+        torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")))
+    assert {k for f in inverted.failures if f.case > 1 for k in f.problem.keys()} == {  # T = 1: see COINCIDENCES
+        "grader.additive_for_bool", "grader.mutant.ch1.causal_mask.inverted"}
+    right_pattern = grader.grade("ch1.causal_mask", lambda T: torch.zeros(T, T).masked_fill(
+        ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")))
+    assert {k for f in right_pattern.failures for k in f.problem.keys()} == {"grader.additive_for_bool"}
+
+
+def test_a_window_hard_coded_to_the_example_is_told_w_is_ignored_and_a_wrong_offset_sign_is_not_inverted():
+    window = grader.grade("ch8.sliding_window_mask", lambda T, W: TASKS["ch8.sliding_window_mask"].reference(T, 3))
+    assert {f.problem.key for f in window.failures} == {"grader.mutant.ch8.sliding_window_mask.window_ignored"}
+    offset = grader.grade("ch6.decode_mask", lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(T_q - T_kv))
+    assert {f.problem.key for f in offset.failures} == {"grader.mutant.ch6.decode_mask.offset_sign"}
+    assert 1 in [f.case for f in offset.failures]  # T_q = 1 is among them, and not called "inverted"
+
+
+def test_a_forbidden_api_loses_the_point_even_when_the_output_is_right():
+    from torch.nn.functional import scaled_dot_product_attention as attend  # under another name
+
+    options = {"is_causal": True, "enable_gqa": True}
+    result = grader.grade("ch8.gqa_attention", lambda q, k, v: attend(q, k, v, **options))
+    assert result.points == 0 and keys(result) == {"grader.forbidden.ch8.gqa_attention.enable_gqa"}
+    assert torch.nn.functional.scaled_dot_product_attention(torch.ones(1, 1, 2), torch.ones(1, 1, 2),
+                                                            torch.ones(1, 1, 2)).shape == (1, 1, 2)  # no mode left over
 
 
 def test_results_round_trip_through_json():

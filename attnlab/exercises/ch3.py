@@ -33,6 +33,7 @@ def attention_forward(q, k, v, dropout_p, training):
 
 DROPOUT_COPIES = 512  # the training case repeats one input this often; dropout differs per copy
 DROPOUT_Z = 6.0  # the mean over the copies may stray this many standard errors from the no-dropout output
+PARTIAL_ROWS = 0.01  # dropout on the weights: (almost) no output row is partly zero
 
 
 def _dropout_judge(q, k, v, p):
@@ -51,15 +52,32 @@ def _dropout_judge(q, k, v, p):
         mean, sem = got.mean(dim=0), got.std(dim=0) / math.sqrt(got.shape[0]) + 1e-6
         target = expected[0].double()
         z = ((mean - target) / sem).abs()
-        if z.max() <= DROPOUT_Z:
-            return None
-        detail = Problem("grader.dropout_mean", {"expected": f"{target.flatten()[int(z.argmax())].item():.4g}",
-                                                 "got": f"{mean.flatten()[int(z.argmax())].item():.4g}"})
-        if (((mean - (1 - p) * target) / sem).abs().max() <= DROPOUT_Z):
-            return Problem("grader.mutant.ch3.attention_forward.unscaled", detail=detail)
-        return detail
+        if z.max() > DROPOUT_Z:
+            detail = Problem("grader.dropout_mean", {"expected": f"{target.flatten()[int(z.argmax())].item():.4g}",
+                                                     "got": f"{mean.flatten()[int(z.argmax())].item():.4g}"})
+            if (((mean - (1 - p) * target) / sem).abs().max() <= DROPOUT_Z):
+                return Problem("grader.mutant.ch3.attention_forward.unscaled", detail=detail)
+            return detail
+        return _dropout_pattern(got, p)
 
     return judge
+
+
+def _dropout_pattern(got, p):
+    """Unbiased, but is it dropout on the weights at rate p? On the weights, an output row is zero
+    only as a whole (every weight of the row dropped), and the first query's row (one key) is
+    zero with probability p. Dropout on the output or on v zeroes single entries."""
+    zero = got == 0  # [copies, H, T, d]
+    partial = zero.any(dim=-1) & ~zero.all(dim=-1)  # rows with some entries zero, some not
+    if partial.double().mean() > PARTIAL_ROWS:
+        return Problem("grader.mutant.ch3.attention_forward.dropout_wrong_place",
+                       detail=Problem("grader.dropout_partial_rows", {"share": f"{100 * partial.double().mean():.0f}%"}))
+    first = zero[:, :, 0].all(dim=-1).double()  # [copies, H]: the first query's row is zero
+    share, n = first.mean().item(), first.numel()
+    if abs(share - p) > DROPOUT_Z * math.sqrt(p * (1 - p) / n):
+        return Problem("grader.mutant.ch3.attention_forward.dropout_wrong_rate",
+                       detail=Problem("grader.dropout_first_row", {"got": f"{100 * share:.0f}%", "p": f"{p:g}"}))
+    return None
 
 
 def dropout_cases(generator):
@@ -98,6 +116,10 @@ ATTENTION_FORWARD = Task(
         "unscaled": lambda q, k, v, p, training: (
             F.scaled_dot_product_attention(q, k, v, is_causal=True) if not training or p == 0 else
             (_manual_dropout(q, k, v, p, True) * (1 - p))),
+        "dropout_wrong_place": lambda q, k, v, p, training: F.dropout(
+            F.scaled_dot_product_attention(q, k, v, is_causal=True), p=p, training=training),
+        "dropout_wrong_rate": lambda q, k, v, p, training: F.scaled_dot_product_attention(
+            q, k, v, dropout_p=0.1 if training else 0.0, is_causal=True),
     },
     alternatives=[
         _manual_dropout,

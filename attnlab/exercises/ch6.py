@@ -185,6 +185,7 @@ DECODE_MASK = Task(
         "transposed": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).triu(diagonal=T_kv - T_q),
         "inverted": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).triu(diagonal=T_kv - T_q + 1),
         "no_mask": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool),
+        "offset_sign": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(diagonal=T_q - T_kv),
     },
     alternatives=[
         lambda T_q, T_kv: torch.arange(T_kv)[None, :] <= torch.arange(T_kv - T_q, T_kv)[:, None],

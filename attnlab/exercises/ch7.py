@@ -6,6 +6,7 @@ is random) and the MLM loss on the chosen positions only.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -137,6 +138,7 @@ def bert_corrupt(ids, mask_id, vocab_size, generator):
 def _call_corrupt(fn, ids, mask_id, vocab_size):
     """A generator seeded from the case's seed: the same draws on every run, other draws per seed."""
     seed = int(torch.randint(0, 2**62, ()).item())  # task.run seeds the global RNG first
+    torch.manual_seed(int.from_bytes(os.urandom(7), "little"))  # draws from the global RNG differ per call
     return fn(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(seed))
 
 
@@ -240,12 +242,48 @@ def _bert_judge(ids, mask_id, vocab_size, seed):
             if not _off(masked, 1.0 - 1e-3, n):
                 return Problem(MUTANT + "all_mask", detail=detail)
             return detail
-        again = run(seed + 1)
-        if _structure(ids, again) is None and torch.equal(again[1].cpu() != IGNORE, labelled):
-            return Problem("grader.mlm.not_random")
-        return None
+        split = _split_by_position(inputs, labelled, ids_cpu, mask_id, vocab_size)
+        if split is not None:
+            return split
+        return _reproducible(run, seed, ids, inputs, labels)
 
     return judge
+
+
+def _reproducible(run, seed, ids, inputs, labels):
+    """The same seed gives the same result (the generator is used), another seed another one."""
+    same = run(seed)
+    if _structure(ids, same) is None and not (torch.equal(same[0].cpu(), inputs) and torch.equal(same[1].cpu(), labels)):
+        return Problem(MUTANT + "generator_ignored")
+    again = run(seed + 1)
+    if _structure(ids, again) is None and torch.equal(again[1].cpu() != IGNORE, labels != IGNORE):
+        return Problem("grader.mlm.not_random")
+    return None
+
+
+def _split_by_position(inputs, labelled, ids, mask_id, vocab_size, parts=4):
+    """The 80/10/10 shares in each quarter of the positions (in reading order, and along the
+    sequence for a batch): a split that follows the position is right overall, wrong here."""
+    expected = (SHARES[0] + SHARES[1] / vocab_size, SHARES[1] * (1 - 2 / vocab_size), SHARES[2] + SHARES[1] / vocab_size)
+    N = ids.numel()
+    flat_position = torch.arange(N).view(ids.shape)
+    groups = [(flat_position * parts // N == g, f"{g * N // parts} .. {(g + 1) * N // parts - 1}") for g in range(parts)]
+    if ids.dim() == 2:
+        T = ids.size(1)
+        column = torch.arange(T).expand_as(ids)
+        groups += [(column * parts // T == g, f"[:, {g * T // parts} .. {(g + 1) * T // parts - 1}]") for g in range(parts)]
+    for where, name in groups:
+        chosen = labelled & where
+        n = int(chosen.sum())
+        if n == 0:
+            continue
+        masked = (inputs[chosen] == mask_id).double().mean()
+        kept = (inputs[chosen] == ids[chosen]).double().mean()
+        shares = (masked, 1 - masked - kept, kept)
+        if any(_off(s, e, n) for s, e in zip(shares, expected)):
+            return Problem(MUTANT + "split_by_position", detail=Problem("grader.mlm.shares_at", {
+                "where": name, "masked": _percent(shares[0]), "random": _percent(shares[1]), "kept": _percent(shares[2])}))
+    return None
 
 
 BERT_SIZES = [((2, 24), 30, 3), ((40,), 50, 1), ((64, 128), 30, 4), ((16, 384), 1000, 103), ((4096,), 100, 0)]
@@ -276,6 +314,26 @@ def _corrupt_mutant(rate=RATE, masked=0.8, random_everywhere=False, labels="chos
         return inputs, label[labels]
 
     return corrupt
+
+
+def _split_in_order(ids, mask_id, vocab_size, generator):
+    """Wrong: the chosen positions are random, but the first 80% of them (in reading order) get
+    [MASK], the next 10% a random token, the last 10% stay."""
+    chosen = torch.rand(ids.shape, generator=generator, device=ids.device) < RATE
+    rank = chosen.flatten().cumsum(0).view(ids.shape) - 1  # 0, 1, ... over the chosen positions
+    n = max(int(chosen.sum()), 1)
+    random_ids = torch.randint(0, vocab_size, ids.shape, generator=generator, device=ids.device)
+    inputs = torch.where(chosen & (rank < 0.8 * n), mask_id, ids)
+    inputs = torch.where(chosen & (rank >= 0.8 * n) & (rank < 0.9 * n), random_ids, inputs)
+    return inputs, torch.where(chosen, ids, IGNORE)
+
+
+def _clock_seeded(ids, mask_id, vocab_size, generator):
+    """Wrong: right statistics, but its own generator seeded from the clock."""
+    import time
+
+    own = torch.Generator(device=ids.device).manual_seed(time.perf_counter_ns())
+    return bert_corrupt(ids, mask_id, vocab_size, own)
 
 
 def _course_function(ids, mask_id, vocab_size, generator):
@@ -333,7 +391,10 @@ BERT_CORRUPT = Task(
         "inverted_labels": _corrupt_mutant(labels="inverted"),
         "random_unchosen": _corrupt_mutant(random_everywhere=True),
         "labels_after_corruption": _corrupt_mutant(labels="corrupted"),
+        "split_by_position": _split_in_order,
+        "generator_ignored": _clock_seeded,
     },
+    input_names=("ids", "mask_id", "vocab_size"),
     alternatives=[_course_function, _bernoulli, _exact_counts, _multinomial,
     ],
 )

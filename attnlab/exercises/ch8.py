@@ -157,6 +157,7 @@ SLIDING_WINDOW_MASK = Task(
         "future_window": square_rule(lambda i, j, W: (j >= i) & (j - i < W)),
         "first_keys": square_rule(lambda i, j, W: (j <= i) & (j < W)),
         "window_too_small": square_rule(lambda i, j, W: (j <= i) & (i - j < W - 1)),
+        "window_ignored": lambda T, W: sliding_window_mask(T, 3),  # the worked example's W, hard-coded
     },
     alternatives=[
         lambda T, W: build_mask("sliding_window", T, window=W),
@@ -260,8 +261,11 @@ GQA_ATTENTION = Task(
         "unscaled": _gqa_by_hand(scale=False),
         "softmax_over_queries": _gqa_by_hand(softmax_dim=-2),
     },
+    forbidden={  # the task says: without enable_gqa, repeat the key/value heads yourself
+        "enable_gqa": lambda func, args, kwargs: func is F.scaled_dot_product_attention
+        and bool(kwargs.get("enable_gqa", False)),
+    },
     alternatives=[
-        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
         _grouped_einsum,
         _expand_reshape,
         _index_select,

@@ -1,0 +1,362 @@
+"""Grading one task: the learner's function on every case, under the time limit, compared with
+the reference; a wrong answer named by the known mistake (mutant) it matches.
+
+Besides the output, every call is watched for three things a comparison of outputs cannot see:
+
+* an input tensor edited in place (the caller's data changed: a real data bug);
+* a torch API the task says not to use (``Task.forbidden``);
+* a tensor made on the CPU while the inputs are elsewhere: one case runs again with its tensors
+  on PyTorch's ``meta`` device (shapes and dtypes, no data), where mixing in a CPU tensor fails
+  the way it fails on a GPU. What ``meta`` cannot run (reading values with ``.item()``) is not
+  held against the learner.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .compare import _holds_tensors, _type_name, _value, compare_outputs, same_output
+from .model import Case, Failure, Problem, Result, Task
+from .timelimit import TimeLimitExceeded, call_with_time_limit
+
+DEFAULT_TIME_LIMIT = 10.0  # seconds per call of the learner's function
+PROBE_DEVICE = "meta"
+DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on the same device")
+_OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, mutant or ""): output
+
+
+@dataclass
+class Watch:
+    """What one learner's call did besides returning: inputs changed, forbidden APIs used."""
+
+    changed: list[str] = field(default_factory=list)  # names of the inputs edited in place
+    forbidden: list[str] = field(default_factory=list)  # names of Task.forbidden that were used
+
+    def problems(self, task: Task) -> list[Problem]:
+        out = [Problem("grader.changed_input", {"name": name}) for name in self.changed]
+        return out + [Problem(f"grader.forbidden.{task.id}.{name}") for name in self.forbidden]
+
+
+class _ForbiddenApis(TorchFunctionMode):
+    def __init__(self, tests: dict[str, Callable], found: list[str]):
+        super().__init__()
+        self.tests, self.found = tests, found
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for name, test in self.tests.items():
+            if name not in self.found:
+                try:
+                    if test(func, args, kwargs):
+                        self.found.append(name)
+                except Exception:  # noqa: BLE001 - a test that cannot read this call says nothing
+                    pass
+        return func(*args, **kwargs)
+
+
+def input_names(task: Task, case: Case) -> list[str]:
+    """The learner-facing names of the case's positional arguments."""
+    names = list(getattr(task, "input_names", None) or [])
+    if not names and task.call is None:
+        try:
+            names = list(inspect.signature(task.reference).parameters)
+        except (TypeError, ValueError):
+            names = []
+    return [names[n] if n < len(names) else f"#{n + 1}" for n in range(len(case.args))]
+
+
+def _changed(before: Any, after: Any) -> bool:
+    if isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor) or before.shape != after.shape or before.dtype != after.dtype:
+            return True
+        if before.is_meta:
+            return False
+        return not bool(torch.equal(before, after) or
+                        (before.is_floating_point() and torch.equal(before.isnan(), after.isnan())
+                         and torch.equal(before.nan_to_num(0.0), after.nan_to_num(0.0))))
+    if isinstance(before, (list, tuple)):
+        return len(before) != len(after) or any(_changed(b, a) for b, a in zip(before, after))
+    if isinstance(before, dict):
+        return any(_changed(v, after.get(k)) for k, v in before.items())
+    return False
+
+
+def _to_device(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+class Grader:
+    """The learner's function ``fn`` on the cases of ``task``."""
+
+    def __init__(self, task: Task, fn: Callable, time_limit: float):
+        self.task, self.fn, self.time_limit = task, fn, time_limit
+        self.probe_meta = task.device_probe  # off once the reference cannot run on meta
+
+    def call(self, case: Case, seed: int | None = None, watch: Watch | None = None,
+             args: tuple | None = None, kwargs: dict | None = None) -> Any:
+        """The learner's function on ``case`` under the time limit; ``watch`` collects what else it did."""
+        task = self.task
+        found: list[str] = []
+        mode = _ForbiddenApis(task.forbidden, found) if task.forbidden else None
+        around = lambda call: call_with_time_limit(call, self.time_limit)  # noqa: E731
+        if mode is not None:
+            with mode:  # entered and left outside the time limit: the mode stack stays sound
+                got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around)
+        else:
+            got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around)
+        if watch is not None:
+            before = case.args if args is None else args
+            if not task.inputs_may_change:
+                for name, b, a in zip(input_names(task, case), before, after):
+                    if _changed(b, a) and name not in watch.changed:
+                        watch.changed.append(name)
+            watch.forbidden.extend(name for name in found if name not in watch.forbidden)
+        return got
+
+    def failed_call(self, error: BaseException) -> Problem:
+        if isinstance(error, TimeLimitExceeded):
+            return Problem("grader.timeout", {"seconds": _value(float(self.time_limit))})
+        if isinstance(error, NotImplementedError):
+            return Problem("grader.not_implemented")
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        if len(message) > 160:
+            message = message[:159] + "…"
+        return Problem("grader.raised", {"error": type(error).__name__, "message": message})
+
+    # --- the mistakes an output shows
+    def output_of(self, name: str, fn: Callable, case: Case, index: int) -> Any:
+        """The output of the reference or a mutant on case ``index``: each runs once per kernel
+        (the cases are the same on every run, and so are their seeds)."""
+        key = (self.task.id, index, name)
+        if key not in _OUTPUTS:
+            try:
+                _OUTPUTS[key] = (True, self.task.run(fn, case))
+            except Exception as error:  # noqa: BLE001
+                _OUTPUTS[key] = (False, error)
+        ok, value = _OUTPUTS[key]
+        if not ok:
+            raise value
+        return value
+
+    def mutant_outputs(self, case: Case) -> dict[str, Any]:
+        outputs = {}
+        for name, mutant in self.task.mutants.items():
+            try:
+                outputs[name] = self.output_of(name, mutant, case, self.index[id(case)])
+            except Exception:  # noqa: BLE001 - a mutant that cannot run on this case says nothing
+                continue
+        return outputs
+
+    def mutant_matches(self, case: Case, reference: Any, got: Any) -> list[str]:
+        return [name for name, wrong in self.mutant_outputs(case).items()
+                if not same_output(wrong, reference) and same_output(got, wrong)]
+
+    def additive_mask(self, case: Case, reference: Any, got: torch.Tensor, problem: Problem) -> Problem:
+        """An additive mask where a bool one is asked: read it as a bool mask (0 = may read) and
+        name what else is wrong with that pattern, if anything."""
+        allowed = got == 0
+        again = compare_outputs(reference, allowed, self.task.atol, self.task.rtol)
+        if again is None:
+            return problem
+        names = self.mutant_matches(case, reference, allowed)
+        other = Problem(f"grader.mutant.{self.task.id}.{names[0]}") if names else again
+        return Problem(problem.key, problem.params, problem.detail, [other])
+
+    def item_mutants(self, case: Case, reference: Any, got: Any) -> list[tuple[int, str]]:
+        """Several returned values: the mistake each wrong one shows alone, ``[(item, name)]``."""
+        if not (_holds_tensors(reference) and isinstance(got, (list, tuple)) and len(got) == len(reference)):
+            return []
+        outputs = self.mutant_outputs(case)
+        found = []
+        for n, (e, g) in enumerate(zip(reference, got)):
+            if same_output(e, g):
+                continue
+            for name, wrong in outputs.items():
+                if (isinstance(wrong, (list, tuple)) and len(wrong) == len(reference)
+                        and not same_output(wrong[n], e) and same_output(wrong[n], g)):
+                    found.append((n, name))
+                    break
+            else:
+                found.append((n, None))  # wrong, but like no known mistake
+        return found if any(name for _, name in found) else []
+
+    def items_problem(self, task: Task, reference: Any, got: Any, named: list, problem: Problem) -> Problem:
+        """One problem per wrong returned value: its mistake's name, or what is wrong with it."""
+        problems = []
+        for n, name in named:
+            if name is not None:
+                problems.append(Problem(f"grader.mutant.{task.id}.{name}"))
+            else:
+                inner = compare_outputs(reference[n], got[n], task.atol, task.rtol)
+                problems.append(Problem("grader.returned_item", {"n": n + 1, "total": len(reference)}, detail=inner))
+        first = next(i for i, (_, name) in enumerate(named) if name is not None)
+        main = problems.pop(first)
+        return Problem(main.key, main.params, problem, problems)
+
+    def random_answer(self, case: Case, problem: Problem, got: Any) -> bool:
+        innermost = problem
+        while innermost.key == "grader.returned_item" and innermost.detail is not None:
+            innermost = innermost.detail
+        if innermost.key not in ("grader.values", "grader.values_exact", "grader.nan"):
+            return False
+        try:
+            again = self.call(case, case.seed + 1)
+        except BaseException:  # noqa: BLE001
+            return False
+        return again is not None and not same_output(got, again, atol=0, rtol=0)
+
+    # --- the device probe
+    def device_problem(self, case: Case) -> Problem | None:
+        """``case`` again with its tensors on the meta device: a CPU tensor mixed in fails there."""
+        task = self.task
+        if not task.device_probe or case.judge is not None or not _tensors(case.args):
+            return None
+        args, kwargs = _to_device(case.args, PROBE_DEVICE), _to_device(case.kwargs, PROBE_DEVICE)
+        try:
+            expected = task.run_with_inputs(task.reference, case, args=args, kwargs=kwargs)[0]
+        except Exception:  # noqa: BLE001 - the reference needs values: no probe for this task
+            self.probe_meta = False
+            return None
+        if not _tensors(expected) or any(t.device.type != PROBE_DEVICE for t in _tensors(expected)):
+            self.probe_meta = False
+            return None
+        try:
+            got = self.call(case, args=args, kwargs=kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001
+            if isinstance(error, RuntimeError) and any(text in str(error) for text in DEVICE_MIX):
+                return Problem("grader.device_mix")
+            return None  # meta cannot run it (values read): not held against the learner
+        for tensor in _tensors(got):
+            if tensor.device.type != PROBE_DEVICE:
+                return Problem("grader.device_mix_output", {"got": str(tensor.device)})
+        return None
+
+    # --- all cases
+    def grade(self) -> Result:
+        task = self.task
+        cases = task.make_cases()
+        self.index = {id(case): n for n, case in enumerate(cases)}
+        outputs: list[Any] = []
+        expected: list[Any] = []
+        problems: list[Problem | None] = []
+        matches: list[list[str]] = []
+        extras: list[list[Problem]] = []
+        called: list[bool] = []  # the learner's call returned
+        for case in cases:
+            watch = Watch()
+            matches.append([])
+            if case.judge is not None:
+                expected.append(None)
+                outputs.append(None)
+                called.append(False)
+                try:
+                    problems.append(case.judge(lambda seed, case=case: self.call(case, seed, watch)))
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as error:  # noqa: BLE001 - the learner's code, whatever it raises
+                    problems.append(self.failed_call(error))
+                extras.append(watch.problems(task))
+                continue
+            reference = self.output_of("", task.reference, case, self.index[id(case)])
+            expected.append(reference)
+            try:
+                got = self.call(case, watch=watch)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # noqa: BLE001
+                outputs.append(None)
+                called.append(False)
+                problems.append(self.failed_call(error))
+                extras.append(watch.problems(task))
+                continue
+            outputs.append(got)
+            called.append(True)
+            try:
+                problem = task.difference(reference, got)
+                if problem is not None and problem.key == "grader.additive_for_bool":
+                    problem = self.additive_mask(case, reference, got, problem)
+                elif problem is not None:
+                    matches[-1] = self.mutant_matches(case, reference, got)
+                    if not matches[-1]:
+                        named = self.item_mutants(case, reference, got)
+                        if named:
+                            problem = self.items_problem(task, reference, got, named, problem)
+                        elif self.random_answer(case, problem, got):
+                            problem = Problem("grader.random_output", detail=problem)
+                problems.append(problem)
+            except KeyboardInterrupt:
+                raise
+            except Exception:  # noqa: BLE001 - an output the comparison cannot even read
+                problems.append(Problem("grader.unreadable", {"got": _type_name(got)}))
+            extras.append(watch.problems(task))
+        # One name per mistake: of the mutants that match a case, the one that matches most cases
+        # (a window hard-coded to W = 3 is "W ignored" everywhere, not "one key too many" at W = 2).
+        counts = Counter(name for names in matches for name in names)
+        order = {name: n for n, name in enumerate(task.mutants)}
+        for i, names in enumerate(matches):
+            if names:
+                best = max(names, key=lambda name: (counts[name], -order[name]))
+                problems[i] = Problem(f"grader.mutant.{task.id}.{best}", detail=problems[i])
+        # Hard-coded: the same answer as on another case whose expected answer differs.
+        for i, problem in enumerate(problems):
+            if problem is None or problem.key.startswith("grader.mutant.") or cases[i].judge is not None:
+                continue
+            if outputs[i] is None:
+                continue
+            for j in range(len(cases)):
+                if (j != i and cases[j].judge is None and outputs[j] is not None
+                        and same_output(outputs[i], outputs[j]) and not same_output(expected[i], expected[j])):
+                    problems[i] = Problem("grader.hardcoded", {"other": j + 1}, detail=problem)
+                    break
+        # The device probe, on every case with tensors whose call returned.
+        for i, case in enumerate(cases):
+            if called[i] and self.probe_meta:
+                device = self.device_problem(case)
+                if device is not None:
+                    extras[i].append(device)
+        for i, more in enumerate(extras):
+            if more:
+                if problems[i] is None:
+                    problems[i] = Problem(more[0].key, more[0].params, more[0].detail, more[1:])
+                else:
+                    problems[i].also.extend(more)
+        failures = [Failure(n + 1, case.label, p) for n, (case, p) in enumerate(zip(cases, problems)) if p is not None]
+        return Result(task.id, len(cases) - len(failures), len(cases), failures)
+
+
+def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT) -> Result:
+    """Grade ``fn`` on the cases of task ``task_id``; never raises (except KeyboardInterrupt)."""
+    from ..exercises import all_tasks
+
+    tasks = all_tasks()
+    if task_id not in tasks:
+        return Result(task_id, 0, 0, problem=Problem("grader.unknown_task", {
+            "task": task_id, "tasks": ", ".join(sorted(tasks))}))
+    task = tasks[task_id]
+    if not callable(fn):
+        return Result(task_id, 0, len(task.make_cases()), problem=Problem("grader.not_callable", {"got": _type_name(fn)}))
+    return Grader(task, fn, time_limit).grade()

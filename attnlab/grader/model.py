@@ -1,0 +1,193 @@
+"""What a chapter module declares (:class:`Task`, :class:`Case`) and what grading returns
+(:class:`Problem`, :class:`Failure`, :class:`Result`), with their texts in every language."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..i18n import tr
+
+
+@dataclass
+class Case:
+    """One graded call: ``fn(*args, **kwargs)``; worth one point."""
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""  # shown in feedback, e.g. "T=9" (sizes, no words)
+    seed: int = 0  # torch.manual_seed before each call (dropout and other randomness)
+    judge: Callable[[Callable[[int], Any]], "Problem | None"] | None = None
+    """Instead of comparing with the reference: ``judge(run)`` where ``run(seed)``
+    calls the learner's function on this case; returns a Problem or None."""
+
+
+@dataclass
+class Task:
+    """A graded task: the learner writes a function that must behave like ``reference``."""
+
+    id: str  # "ch1.causal_mask"; messages: grader.task.<id>, grader.mutant.<id>.<name>
+    exercise: str  # slug of the exercise notebook, "01-causal-mask"
+    reference: Callable
+    cases: Callable[[torch.Generator], list[Case]]
+    mutants: dict[str, Callable] = field(default_factory=dict)  # name -> known-wrong function
+    alternatives: list[Callable] = field(default_factory=list)  # other correct ways (tests give them full marks)
+    call: Callable[..., Any] | None = None  # call(fn, *args, **kwargs); default fn(*args, **kwargs)
+    compare: Callable[[Any, Any], "Problem | None"] | None = None  # default compare_outputs
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    seed: int = 0  # the case generator's seed: the same cases on every run
+    forbidden: dict[str, Callable[[Any, tuple, dict], bool]] = field(default_factory=dict)
+    """APIs the task says not to use: ``{name: test(func, args, kwargs)}`` over every torch call
+    the learner's function makes; a call that passes a test costs the case its point, with the
+    message ``grader.forbidden.<id>.<name>``."""
+    inputs_may_change: bool = False  # False: editing an input tensor in place costs the point
+    device_probe: bool = True  # also run one case on the meta device (a CPU tensor mixed in shows)
+    input_names: tuple[str, ...] = ()  # names of the case's arguments in messages (default: the reference's)
+
+    def run(self, fn: Callable, case: Case, seed: int | None = None) -> Any:
+        return self.run_with_inputs(fn, case, seed)[0]
+
+    def run_with_inputs(self, fn: Callable, case: Case, seed: int | None = None,
+                        args: tuple | None = None, kwargs: dict | None = None,
+                        around: Callable[[Callable[[], Any]], Any] | None = None) -> tuple[Any, tuple, dict]:
+        """``(output, args, kwargs)``: the arguments as the function left them (fresh copies of the
+        case's, or of ``args``/``kwargs``); ``around(call)`` wraps the call (the time limit)."""
+        args = clone(case.args if args is None else args)
+        kwargs = clone(case.kwargs if kwargs is None else kwargs)
+        caller = self.call or (lambda f, *a, **k: f(*a, **k))
+        with rng_forked(), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(case.seed if seed is None else seed)
+            call = lambda: caller(fn, *args, **kwargs)  # noqa: E731
+            return (call() if around is None else around(call)), args, kwargs
+
+    def difference(self, expected: Any, got: Any) -> "Problem | None":
+        from .compare import compare_outputs
+
+        if self.compare is not None:
+            return self.compare(expected, got)
+        return compare_outputs(expected, got, atol=self.atol, rtol=self.rtol)
+
+    def make_cases(self) -> list[Case]:
+        generator = torch.Generator().manual_seed(self.seed)
+        return self.cases(generator)
+
+
+@contextlib.contextmanager
+def rng_forked():
+    """Run with the torch RNG forked: the notebook's random numbers stay as they were."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+def clone(value: Any) -> Any:
+    """Fresh copies of every tensor, so a learner's in-place edit cannot change a case."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class Problem:
+    """A message key of messages.toml and its values; ``detail`` adds what came back, ``also``
+    names further mistakes found in the same case."""
+
+    key: str
+    params: dict = field(default_factory=dict)
+    detail: "Problem | None" = None
+    also: list["Problem"] = field(default_factory=list)
+
+    def text(self, lang: str | None = None) -> str:
+        main = tr(self.key, lang=lang, **self.params)
+        if self.detail is not None:
+            main = tr("grader.with_detail", lang=lang, problem=main, detail=self.detail.text(lang))
+        for other in self.also:
+            main = tr("grader.also", lang=lang, problem=main, other=other.text(lang))
+        return main
+
+    def keys(self) -> set[str]:
+        """This key and those of the further mistakes."""
+        return {self.key}.union(*(other.keys() for other in self.also))
+
+    def as_dict(self) -> dict:
+        out = {"key": self.key, "params": self.params}
+        if self.detail is not None:
+            out["detail"] = self.detail.as_dict()
+        if self.also:
+            out["also"] = [other.as_dict() for other in self.also]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Problem":
+        detail = data.get("detail")
+        return cls(data["key"], dict(data.get("params", {})), cls.from_dict(detail) if detail else None,
+                   [cls.from_dict(other) for other in data.get("also", [])])
+
+
+@dataclass
+class Failure:
+    case: int  # 1-based
+    label: str
+    problem: Problem
+
+    def text(self, lang: str | None = None) -> str:
+        return tr("grader.case", lang=lang, n=self.case, case=self.label, problem=self.problem.text(lang))
+
+
+@dataclass
+class Result:
+    task: str
+    points: int
+    total: int
+    failures: list[Failure] = field(default_factory=list)
+    problem: Problem | None = None  # the whole check failed (unknown task, not a function, cell stopped)
+
+    @property
+    def passed(self) -> bool:
+        return self.total > 0 and self.points == self.total
+
+    def text(self, lang: str | None = None) -> str:
+        title = task_title(self.task, lang)
+        mark = "✓" if self.passed else "✗"
+        lines = [f"{mark} " + tr("grader.score", lang=lang, task=title, points=self.points, total=self.total)]
+        if self.problem is not None:
+            lines.append("  " + self.problem.text(lang))
+        groups: dict[str, list[Failure]] = {}  # the same message for several cases: one line
+        for failure in self.failures:
+            groups.setdefault(failure.problem.text(lang), []).append(failure)
+        for text, failures in groups.items():
+            if len(failures) == 1:
+                lines.append("  " + failures[0].text(lang))
+            else:
+                numbers = ", ".join(str(f.case) for f in failures)
+                lines.append("  " + tr("grader.cases", lang=lang, numbers=numbers, problem=text))
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"task": self.task, "points": self.points, "total": self.total,
+                "failures": [{"case": f.case, "label": f.label, "problem": f.problem.as_dict()}
+                             for f in self.failures],
+                "problem": self.problem.as_dict() if self.problem else None}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Result":
+        failures = [Failure(f["case"], f["label"], Problem.from_dict(f["problem"])) for f in data["failures"]]
+        problem = Problem.from_dict(data["problem"]) if data.get("problem") else None
+        return cls(data["task"], data["points"], data["total"], failures, problem)
+
+
+def task_title(task_id: str, lang: str | None = None) -> str:
+    from ..i18n import catalog
+
+    key = f"grader.task.{task_id}"
+    return tr(key, lang=lang) if key in catalog() else task_id

@@ -1,0 +1,621 @@
+"""Learner answers written for the grader's tests: for every task, wrong answers of the classes a
+comparison of outputs alone cannot see (an input edited in place, a tensor made on the CPU, a
+generator ignored, an 80/10/10 split that follows the position, dropout in the wrong place or
+at the wrong rate) or, where none of those can happen (the task takes only numbers), the nearest
+mistakes a learner makes; and a correct rewrite the grader must give full marks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.exercises import all_tasks
+
+TASKS = all_tasks()
+
+
+def _ref(task_id):
+    return TASKS[task_id].reference
+
+
+# --------------------------------------------------------------------------
+# Generic wrong answers: the right output, and one thing done wrong besides
+
+
+def _corrupt(value) -> bool:
+    """Edit the first tensor in ``value`` in place (as a data bug would); True if there was one."""
+    if isinstance(value, torch.Tensor) and value.numel():
+        if value.dtype == torch.bool:
+            value.logical_not_()
+        elif value.is_floating_point():
+            value.mul_(-2.0)
+        else:
+            value.add_(1)
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_corrupt(v) for v in value)
+    return False
+
+
+def _mix_cpu(out):
+    """``out`` plus a tensor made without device= (on the CPU): a no-op on the CPU, an error elsewhere."""
+    if isinstance(out, torch.Tensor):
+        if out.dim() == 0:  # a 0-d CPU tensor mixes with any device: use a [1] one
+            return (out.reshape(1) + torch.zeros(1, dtype=out.dtype)).reshape(())
+        if out.dtype == torch.bool:
+            return out & torch.ones(out.shape, dtype=torch.bool)
+        return out + torch.zeros(out.shape, dtype=out.dtype)
+    if isinstance(out, (list, tuple)):
+        return type(out)([_mix_cpu(out[0]), *out[1:]])
+    return out
+
+
+def edits_input(task_id):
+    reference = _ref(task_id)
+    if isinstance(reference, type):  # exercise 2's module: forward edits x
+        class EditsInput(reference):
+            def forward(self, x):
+                out = super().forward(x)
+                x.mul_(-2.0)
+                return out
+
+        return EditsInput
+
+    def answer(*args, **kwargs):
+        out = reference(*args, **kwargs)
+        _corrupt(list(args))
+        return out
+
+    return answer
+
+
+def cpu_tensor(task_id):
+    reference = _ref(task_id)
+    if isinstance(reference, type):
+        class CpuTensor(reference):
+            def forward(self, x):
+                return _mix_cpu(super().forward(x))
+
+        return CpuTensor
+
+    return lambda *args, **kwargs: _mix_cpu(reference(*args, **kwargs))
+
+
+def additive_mask(task_id):
+    """A 0/-inf float mask where a bool one is asked."""
+    reference = _ref(task_id)
+
+    def additive(m):
+        return torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
+
+    def answer(*args):
+        out = reference(*args)
+        return additive(out) if isinstance(out, torch.Tensor) else type(out)(additive(m) for m in out)
+
+    return answer
+
+
+# --------------------------------------------------------------------------
+# Task by task: two wrong answers in the classes above (or, for tasks that take only numbers,
+# the nearest mistakes), each with the message it must get, and one correct rewrite.
+# WRONG[task] = [(what, answer, key the grader must name)]; RIGHT[task] = answer
+
+
+def _ones(*shape, like=None):
+    return torch.ones(*shape, dtype=torch.bool, device=None if like is None else like.device)
+
+
+def _hard_coded(task_id, *example):
+    """The worked example's answer, whatever the arguments."""
+    fixed = _ref(task_id)(*example)
+    return lambda *args, **kwargs: fixed
+
+
+def _masked_softmax_in_place(s, a):
+    return s.masked_fill_(~a, float("-inf")).softmax(dim=-1)
+
+
+def _masked_softmax_cpu_mask(s, a):
+    blocked = torch.full(s.shape, float("-inf"))  # no device=
+    return torch.where(a, s, blocked).softmax(dim=-1)
+
+
+def _future_weight_in_place(w, a):
+    return w.masked_fill_(a, 0.0).sum(dim=-1)
+
+
+def _convert_in_place(mask, source, target, dtype=torch.float32):
+    if source == "mha":
+        mask = mask.logical_not_()  # the caller's mask flips
+        source = "sdpa"
+    return _ref("ch1.convert_mask")(mask, source, target, dtype)
+
+
+def _convert_cpu(mask, source, target, dtype=torch.float32):
+    allowed = mask if source == "sdpa" else ~mask if source == "mha" else mask == 0
+    if target == "additive":
+        return torch.zeros(mask.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))  # no device=
+    return allowed if target == "sdpa" else ~allowed
+
+
+def _split_heads_in_place(x, n_heads):
+    B, T, D = x.shape
+    out = x.reshape(B, T, n_heads, D // n_heads).transpose(1, 2).clone()
+    x.zero_()  # "frees" the input
+    return out
+
+
+def _merge_heads_cpu(x):
+    B, H, T, d = x.shape
+    out = torch.zeros(B, T, H * d, dtype=x.dtype)  # on the CPU
+    for h in range(H):  # head by head into the output
+        out = out + F.pad(x[:, h], (h * d, (H - 1 - h) * d))
+    return out
+
+
+def _attention_dropout_on_values(q, k, v, dropout_p, training):
+    return F.scaled_dot_product_attention(q, k, F.dropout(v, p=dropout_p, training=training), is_causal=True)
+
+
+def _attention_dropout_half(q, k, v, dropout_p, training):
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p / 2 if training else 0.0, is_causal=True)
+
+
+def _attention_cpu_mask(q, k, v, dropout_p, training):
+    T = q.size(-2)
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()  # no device=
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p if training else 0.0)
+
+
+def _new_queries_cpu(q, k, v):
+    T_q, T_kv = q.size(-2), k.size(-2)
+    allowed = torch.ones(T_q, T_kv, dtype=torch.bool).tril(diagonal=T_kv - T_q)  # no device=
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def _new_queries_scaled_in_place(q, k, v):
+    T_q, T_kv = q.size(-2), k.size(-2)
+    q.mul_(1.0 / math.sqrt(q.size(-1)))  # scales the caller's queries
+    scores = q @ k.transpose(-2, -1)
+    allowed = torch.ones(T_q, T_kv, dtype=torch.bool, device=q.device).tril(diagonal=T_kv - T_q)
+    return scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+
+
+def _tile_kinds_rewrite(T, block):
+    n = (T + block - 1) // block
+    return [[("skipped", "diagonal", "full")[(j <= i) + (j < i)] for j in range(n)] for i in range(n)]
+
+
+def _score_flops_rewrite(T, block, d):
+    total = 0
+    for i in range(0, T, block):
+        rows = min(block, T - i)
+        keys = min(i + block, T)  # every key up to the end of this query tile
+        total += 2 * rows * keys * d
+    return total
+
+
+def _shifted_in_place(windows):
+    inputs, targets = windows[:, :-1].clone(), windows[:, 1:].clone()
+    windows.fill_(0)  # "free" the batch
+    return inputs, targets
+
+
+def _shifted_cpu(windows):
+    n = windows.size(1) - 1
+    index = torch.arange(n)  # used to index: fine on a GPU too ...
+    return windows[:, index], windows[:, index + 1] + torch.zeros(windows.size(0), n, dtype=torch.long)  # ... this is not
+
+
+def _loss_in_place(logits, targets):
+    logits.sub_(logits.logsumexp(-1, keepdim=True))  # log-softmax in place: the caller's logits change
+    return -logits.gather(-1, targets[..., None]).mean()
+
+
+def _loss_cpu_weight(logits, targets):
+    weight = torch.ones(logits.size(-1))  # class weights made on the CPU
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), weight=weight)
+
+
+def _generate_in_place(model, prompt, n_new):
+    out = _ref("ch4.greedy_generate")(model, prompt, n_new)
+    prompt.zero_()
+    return out
+
+
+def _generate_on_cpu(model, prompt, n_new):
+    out = torch.empty(prompt.size(0), 0, dtype=torch.long)  # the new tokens, collected on the CPU
+    idx = prompt
+    for _ in range(n_new):
+        next_id = model(idx[:, -model.config.block_size:])[0][:, -1].argmax(-1, keepdim=True)
+        out = torch.cat([out, next_id.cpu()], dim=1)
+        idx = torch.cat([idx, next_id], dim=1)
+    return torch.cat([prompt.cpu(), out], dim=1).to(prompt.device) if prompt.device.type == "cpu" else out
+
+
+def _generate_rewrite(model, prompt, n_new):
+    out = prompt.clone()
+    for _ in range(n_new):
+        logits, *_ = model(out[:, max(0, out.size(1) - model.config.block_size):])
+        out = torch.cat([out, logits[:, -1:].argmax(dim=-1)], dim=1)
+    return out
+
+
+def _prefix_in_place(model, idx, atol=1e-5):
+    result = _ref("ch5.prefix_leaks")(model, idx, atol)
+    idx[:, -1] = 0  # "restores" the input by hand, wrongly
+    return result
+
+
+def _prefix_changes_idx(model, idx, atol=1e-5):
+    leaks = _ref("ch5.prefix_leaks")(model, idx, atol)
+    idx.add_(1).remainder_(model.config.vocab_size)
+    return leaks
+
+
+def _prefix_rewrite(model, idx, atol=1e-5):
+    from attnlab.exercises.ch5 import logits_of, vocab_size_of
+
+    was_training = model.training
+    model.eval()
+    T = idx.size(-1)
+    base = logits_of(model, idx.view(1, T))[0]  # [T, V]
+    leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+    for s in range(1, T):
+        other = idx.view(1, T).clone()
+        other[0, s] = (other[0, s] + 1) % vocab_size_of(model)
+        moved = (logits_of(model, other)[0] - base).abs().amax(dim=-1) > atol  # [T] outputs t
+        leaks[:s, s] = moved[:s]
+    model.train(was_training)
+    return leaks
+
+
+def _cut_rewrite(model, idx, atol=1e-5):
+    from attnlab.exercises.ch5 import logits_of
+
+    was_training = model.training
+    model.eval()
+    T = idx.size(-1)
+    full = logits_of(model, idx.view(1, T))[0]
+    columns = [torch.zeros(T, dtype=torch.bool, device=idx.device)]
+    for s in range(1, T):
+        part = logits_of(model, idx.view(1, T)[:, :s])[0]  # [s, V]
+        far = ~torch.isclose(part, full[:s], atol=atol, rtol=0).all(dim=-1)
+        columns.append(torch.cat([far, torch.zeros(T - s, dtype=torch.bool, device=idx.device)]))
+    model.train(was_training)
+    return torch.stack(columns, dim=1)
+
+
+def _cut_in_place(model, idx, atol=1e-5):
+    result = _ref("ch5.cut_leaks")(model, idx, atol)
+    idx.fill_(1)
+    return result
+
+
+def _cut_changes_idx_rows(model, idx, atol=1e-5):
+    result = _ref("ch5.cut_leaks")(model, idx, atol)
+    idx[0, 0] = (idx[0, 0] + 1) % model.config.vocab_size
+    return result
+
+
+def _decode_step_in_place(attn, position_embedding, x, k_cache, v_cache):
+    out = _ref("ch6.decode_step")(attn, position_embedding, x, k_cache, v_cache)
+    x[:, -1:] += 1.0  # adds the position to the caller's x, as if it were the hidden state
+    return out
+
+
+def _decode_step_cpu(attn, position_embedding, x, k_cache, v_cache):
+    out, k_cache, v_cache = _ref("ch6.decode_step")(attn, position_embedding, x, k_cache, v_cache)
+    total = torch.zeros(out.shape)  # an accumulator made on the CPU
+    total += out
+    return total, k_cache, v_cache
+
+
+def _decode_step_rewrite(attn, position_embedding, x, k_cache, v_cache):
+    B, _, D = x.shape
+    t = k_cache.size(2)
+    h = x[:, t:t + 1] + position_embedding.weight[t]
+    heads = [p(h).reshape(B, 1, attn.n_head, D // attn.n_head).permute(0, 2, 1, 3)
+             for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
+    keys, values = torch.cat([k_cache, heads[1]], 2), torch.cat([v_cache, heads[2]], 2)
+    weights = (heads[0] @ keys.transpose(2, 3) / math.sqrt(D // attn.n_head)).softmax(-1)
+    return attn.out_proj((weights @ values).permute(0, 2, 1, 3).reshape(B, 1, D)), keys, values
+
+
+def _kv_bytes_rewrite(config, batch_size, seq_len, dtype):
+    head_dim = config.n_embd // config.n_head
+    n_kv = getattr(config, "n_kv_head", None) or config.n_head
+    return 2 * config.n_layer * batch_size * seq_len * n_kv * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def _bert_global_rng(ids, mask_id, vocab_size, generator):
+    return _ref("ch7.bert_corrupt")(ids, mask_id, vocab_size, None)  # generator=None: torch's global RNG
+
+
+def _bert_in_place(ids, mask_id, vocab_size, generator):
+    inputs, labels = _ref("ch7.bert_corrupt")(ids.clone(), mask_id, vocab_size, generator)
+    ids.copy_(inputs)  # corrupts the caller's batch: the next epoch trains on [MASK]ed text
+    return inputs, labels
+
+
+def _bert_split_by_row(ids, mask_id, vocab_size, generator):
+    """The first 80% of the rows get [MASK], then 10% random, then 10% kept."""
+    chosen = torch.rand(ids.shape, generator=generator, device=ids.device) < 0.15
+    row = torch.arange(ids.numel(), device=ids.device).view(ids.shape) / ids.numel()
+    random_ids = torch.randint(0, vocab_size, ids.shape, generator=generator, device=ids.device)
+    inputs = torch.where(chosen & (row < 0.8), mask_id, ids)
+    inputs = torch.where(chosen & (row >= 0.8) & (row < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, ids, -100)
+
+
+def _bert_rewrite(ids, mask_id, vocab_size, generator):
+    u = torch.rand(ids.shape, generator=generator, device=ids.device)
+    r = torch.randint(vocab_size, ids.shape, generator=generator, device=ids.device)
+    chosen = u < 0.15
+    inputs = ids.clone()
+    inputs[u < 0.15 * 0.8] = mask_id
+    between = (u >= 0.15 * 0.8) & (u < 0.15 * 0.9)
+    inputs[between] = r[between]
+    labels = torch.full_like(ids, -100)
+    labels[chosen] = ids[chosen]
+    return inputs, labels
+
+
+def _mlm_loss_in_place(logits, labels):
+    logits.sub_(logits.logsumexp(-1, keepdim=True))  # log-softmax in place
+    chosen = labels != -100
+    return -logits[chosen].gather(-1, labels[chosen][:, None]).mean()
+
+
+def _mlm_loss_cpu_mask(logits, labels):
+    chosen = labels != -100
+    weights = chosen.float() * torch.ones(labels.shape)  # ones() on the CPU, no device=
+    per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    return (per_token * weights).sum() / chosen.sum()
+
+
+def _padded_cpu(keep):
+    B, T = keep.shape
+    causal = torch.ones(T, T, dtype=torch.bool).tril()  # no device=
+    return (causal & keep[:, None, :])[:, None]
+
+
+def _document_in_place(document_ids):
+    document_ids += 1  # "1-based" ids, in the caller's tensor
+    return _ref("ch8.document_mask")(document_ids)
+
+
+def _document_cpu(document_ids):
+    T = document_ids.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (causal & (document_ids[:, :, None] == document_ids[:, None, :]))[:, None]
+
+
+def _gqa_enable(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def _gqa_scaled_in_place(q, k, v):
+    q.mul_(1.0 / math.sqrt(q.size(-1)))  # scales the caller's queries, then tells SDPA not to scale
+    G = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
+
+
+def _rope_in_place(q_new, k_new, v_new, k_cache, v_cache):
+    from attnlab.rope import apply_rope
+
+    t = k_cache.size(2)
+    positions = torch.arange(t, t + q_new.size(2), device=q_new.device)
+    q_new.copy_(apply_rope(q_new, positions))  # rotates the caller's tensors in place
+    k_new.copy_(apply_rope(k_new, positions))
+    keys, values = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    allowed = torch.ones(q_new.size(2), keys.size(2), dtype=torch.bool, device=q_new.device).tril(diagonal=t)
+    return F.scaled_dot_product_attention(q_new, keys, values, attn_mask=allowed), keys, values
+
+
+def _rope_cpu_positions(q_new, k_new, v_new, k_cache, v_cache):
+    from attnlab.rope import apply_rope
+
+    t, T_new = k_cache.size(2), q_new.size(2)
+    positions = torch.arange(t, t + T_new)  # no device=
+    allowed = torch.ones(T_new, t + T_new, dtype=torch.bool).tril(diagonal=t)  # no device=
+    keys = torch.cat([k_cache, apply_rope(k_new, positions)], 2)
+    values = torch.cat([v_cache, v_new], 2)
+    return F.scaled_dot_product_attention(apply_rope(q_new, positions), keys, values, attn_mask=allowed), keys, values
+
+
+def _fold_in_place(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.amax(-1))
+    correction = (m - m_new).exp()
+    p = (scores - m_new[..., None]).exp()
+    l.mul_(correction).add_(p.sum(-1))  # updates the caller's state in place
+    acc.mul_(correction[..., None]).add_(p @ v)
+    return m_new, l, acc
+
+
+def _fold_cpu(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.amax(-1))
+    p = (scores - m_new[..., None]).exp()
+    ones = torch.ones(p.shape[-1])  # on the CPU
+    return m_new, l * (m - m_new).exp() + p @ ones, acc * (m - m_new).exp()[..., None] + p @ v
+
+
+def _fold_rewrite(m, l, acc, scores, v):
+    both = torch.cat([m[..., None], scores], -1)
+    m_new = both.amax(-1)
+    scale, p = (m - m_new).exp(), (scores - m_new[..., None]).exp()
+    return m_new, torch.addcmul(p.sum(-1), l, scale), torch.baddbmm(
+        (acc * scale[..., None]).flatten(0, -3), p.flatten(0, -3), v.flatten(0, -3)).view_as(acc)
+
+
+def _shard_rewrite(T, P, layout):
+    S = T // P
+    if layout == "contiguous":
+        return [[r * S + i for i in range(S)] for r in range(P)]
+    if layout == "striped":
+        return [[r + P * i for i in range(S)] for r in range(P)]
+    c = S // 2
+    return [[*range(r * c, (r + 1) * c), *range((2 * P - 1 - r) * c, (2 * P - r) * c)] for r in range(P)]
+
+
+def _mha_rewrite():
+    reference = _ref("ch2.mha_forward")
+
+    class Rewrite(reference):
+        def forward(self, x):
+            B, T, D = x.shape
+            H = self.n_heads
+            q, k, v = (p(x).unflatten(-1, (H, D // H)).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            w = (q @ k.mT / math.sqrt(D // H)).masked_fill(future, float("-inf")).softmax(-1)
+            return self.out_proj((w @ v).transpose(1, 2).flatten(2))
+
+    return Rewrite
+
+
+def _tiles_rewrite(T, P, layout, block):
+    pos = _ref("ch9.shard_positions")(T, P, layout).tolist()
+    S = T // P
+
+    def tiles(r):
+        return [pos[r][i:i + block] for i in range(0, S, block)]
+
+    return [[sum(1 for q in tiles(r) for k in tiles((r - t) % P) if min(k) <= max(q)) for t in range(P)]
+            for r in range(P)]
+
+
+def _encoder_causal_cross_transposed(T_enc, T_dec):
+    return (torch.ones(T_enc, T_enc, dtype=torch.bool).tril(), torch.ones(T_dec, T_dec, dtype=torch.bool).tril(),
+            torch.ones(T_enc, T_dec, dtype=torch.bool))
+
+
+I = "grader.changed_input"
+D = "grader.device_mix"
+M = "grader.mutant."
+WRONG = {
+    "ch1.causal_mask": [("additive 0/-inf mask", additive_mask("ch1.causal_mask"), "grader.additive_for_bool"),
+                        ("worked example T=4 hard-coded", _hard_coded("ch1.causal_mask", 4), "grader.hardcoded")],
+    "ch1.masked_softmax": [("masked_fill_ on the scores", _masked_softmax_in_place, I),
+                           ("mask rebuilt on the CPU", _masked_softmax_cpu_mask, D)],
+    "ch1.future_weight": [("masked_fill_ on the weights", _future_weight_in_place, I),
+                          ("a CPU tensor mixed in", cpu_tensor("ch1.future_weight"), D)],
+    "ch1.convert_mask": [("logical_not_ on the mha mask", _convert_in_place, I),
+                         ("additive mask without device=", _convert_cpu, D)],
+    "ch2.split_heads": [("zero_ on x", _split_heads_in_place, I), ("a CPU tensor mixed in", cpu_tensor("ch2.split_heads"), D)],
+    "ch2.merge_heads": [("x edited", edits_input("ch2.merge_heads"), I), ("output buffer on the CPU", _merge_heads_cpu, D)],
+    "ch2.mha_forward": [("forward edits x", edits_input("ch2.mha_forward"), I),
+                        ("a CPU tensor mixed in", cpu_tensor("ch2.mha_forward"), D)],
+    "ch3.attention_forward": [("dropout on v", _attention_dropout_on_values, M + "ch3.attention_forward.dropout_wrong_place"),
+                              ("dropout at half the rate", _attention_dropout_half, M + "ch3.attention_forward.dropout_wrong_rate"),
+                              ("mask without device=", _attention_cpu_mask, D)],
+    "ch3.attend_new_queries": [("q scaled in place", _new_queries_scaled_in_place, I),
+                               ("mask without device=", _new_queries_cpu, D)],
+    "ch3.tile_kinds": [("example T=8, block=4 hard-coded", _hard_coded("ch3.tile_kinds", 8, 4), "grader.hardcoded"),
+                       ("a tensor of codes", lambda T, b: torch.tensor([[len(k) for k in row] for row in _ref("ch3.tile_kinds")(T, b)]),
+                        "grader.wrong_type")],
+    "ch3.score_flops": [("example hard-coded", _hard_coded("ch3.score_flops", 16, 4, 8), "grader.hardcoded"),
+                        ("d forgotten", lambda T, b, d: _ref("ch3.score_flops")(T, b, d) // d, "grader.value")],
+    "ch4.shifted_targets": [("windows zeroed", _shifted_in_place, I), ("targets made on the CPU", _shifted_cpu, D)],
+    "ch4.next_token_loss": [("log-softmax in place", _loss_in_place, I), ("class weights on the CPU", _loss_cpu_weight, D)],
+    "ch4.greedy_generate": [("prompt zeroed", _generate_in_place, I), ("edits the prompt", edits_input("ch4.greedy_generate"), I)],
+    "ch5.prefix_leaks": [("idx edited", _prefix_in_place, I), ("idx shifted", _prefix_changes_idx, I)],
+    "ch5.cut_leaks": [("idx filled", _cut_in_place, I), ("one token changed", _cut_changes_idx_rows, I)],
+    "ch6.decode_step": [("x edited", _decode_step_in_place, I), ("an accumulator on the CPU", _decode_step_cpu, "grader.device_mix_output")],
+    "ch6.decode_mask": [("additive 0/-inf mask", additive_mask("ch6.decode_mask"), "grader.additive_for_bool"),
+                        ("offset with the wrong sign", lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(T_q - T_kv),
+                         M + "ch6.decode_mask.offset_sign")],
+    "ch6.kv_cache_bytes": [("4 bytes whatever the dtype", lambda c, B, T, dtype: _ref("ch6.kv_cache_bytes")(c, B, T, torch.float32),
+                            "grader.value"),
+                           ("bits, not bytes", lambda c, B, T, dtype: 8 * _ref("ch6.kv_cache_bytes")(c, B, T, dtype), "grader.value")],
+    "ch7.prefix_lm_mask": [("additive 0/-inf mask", additive_mask("ch7.prefix_lm_mask"), "grader.additive_for_bool"),
+                           ("example T=5, prefix=2 hard-coded", _hard_coded("ch7.prefix_lm_mask", 5, 2), "grader.hardcoded")],
+    "ch7.encoder_decoder_masks": [("additive 0/-inf masks", additive_mask("ch7.encoder_decoder_masks"), "grader.additive_for_bool"),
+                                  ("two mistakes: encoder causal, cross transposed", _encoder_causal_cross_transposed,
+                                   M + "ch7.encoder_decoder_masks.cross_transposed")],
+    "ch7.bert_corrupt": [("global RNG, generator ignored", _bert_global_rng, M + "ch7.bert_corrupt.generator_ignored"),
+                         ("the caller's ids corrupted", _bert_in_place, I),
+                         ("80/10/10 by position", _bert_split_by_row, M + "ch7.bert_corrupt.split_by_position")],
+    "ch7.mlm_loss": [("log-softmax in place", _mlm_loss_in_place, I), ("weights on the CPU", _mlm_loss_cpu_mask, D)],
+    "ch8.padded_causal_mask": [("keep edited", edits_input("ch8.padded_causal_mask"), I), ("causal part without device=", _padded_cpu, D)],
+    "ch8.document_mask": [("ids renumbered in place", _document_in_place, I), ("causal part without device=", _document_cpu, D)],
+    "ch8.sliding_window_mask": [("example W=3 hard-coded", lambda T, W: _ref("ch8.sliding_window_mask")(T, 3),
+                                 M + "ch8.sliding_window_mask.window_ignored"),
+                                ("additive 0/-inf mask", additive_mask("ch8.sliding_window_mask"), "grader.additive_for_bool")],
+    "ch8.gqa_attention": [("enable_gqa=True", _gqa_enable, "grader.forbidden.ch8.gqa_attention.enable_gqa"),
+                          ("q scaled in place", _gqa_scaled_in_place, I),
+                          ("a CPU tensor mixed in", cpu_tensor("ch8.gqa_attention"), D)],
+    "ch8.rope_decode_step": [("q_new, k_new rotated in place", _rope_in_place, I),
+                             ("positions and mask without device=", _rope_cpu_positions, D)],
+    "ch9.shard_positions": [("example hard-coded", _hard_coded("ch9.shard_positions", 16, 4, "zigzag"), "grader.hardcoded"),
+                            ("float positions", lambda T, P, layout: _ref("ch9.shard_positions")(T, P, layout).float(), "grader.dtype")],
+    "ch9.tiles_per_step": [("example hard-coded", _hard_coded("ch9.tiles_per_step", 16, 4, "contiguous", 2), "grader.hardcoded"),
+                           ("ranks and steps swapped", lambda *a: [list(r) for r in zip(*_ref("ch9.tiles_per_step")(*a))], None)],
+    "ch9.fold_block": [("state updated in place", _fold_in_place, I), ("ones on the CPU", _fold_cpu, D)],
+}
+
+RIGHT = {
+    "ch1.causal_mask": lambda T: torch.arange(T).unsqueeze(1) >= torch.arange(T),
+    "ch1.masked_softmax": lambda s, a: torch.where(a, (s - s.amax(-1, keepdim=True)).exp(), 0.0)
+    / torch.where(a, (s - s.amax(-1, keepdim=True)).exp(), 0.0).sum(-1, keepdim=True),
+    "ch1.future_weight": lambda w, a: w.sum(-1) - (w * a).sum(-1),
+    "ch1.convert_mask": lambda mask, source, target, dtype=torch.float32: (
+        lambda allowed: {"sdpa": allowed, "mha": ~allowed,
+                         "additive": torch.zeros_like(allowed, dtype=dtype).masked_fill(~allowed, float("-inf"))}[target])(
+        {"sdpa": lambda m: m.bool(), "mha": lambda m: ~m, "additive": lambda m: m == 0}[source](mask)),
+    "ch2.split_heads": lambda x, H: x.reshape(x.size(0), x.size(1), H, -1).permute(0, 2, 1, 3),
+    "ch2.merge_heads": lambda x: x.permute(0, 2, 1, 3).flatten(2),
+    "ch2.mha_forward": _mha_rewrite(),
+    "ch3.attention_forward": lambda q, k, v, p, training: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(),
+        dropout_p=p if training else 0.0),
+    "ch3.attend_new_queries": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))),
+    "ch3.tile_kinds": _tile_kinds_rewrite,
+    "ch3.score_flops": _score_flops_rewrite,
+    "ch4.shifted_targets": lambda w: (w[:, :-1].clone(), w.roll(-1, dims=1)[:, :-1]),
+    "ch4.next_token_loss": lambda logits, targets: -F.log_softmax(logits, -1).gather(-1, targets[..., None]).mean(),
+    "ch4.greedy_generate": _generate_rewrite,
+    "ch5.prefix_leaks": _prefix_rewrite,
+    "ch5.cut_leaks": _cut_rewrite,
+    "ch6.decode_step": _decode_step_rewrite,
+    "ch6.decode_mask": lambda T_q, T_kv: torch.arange(T_kv)[None, :] - torch.arange(T_q)[:, None] <= T_kv - T_q,
+    "ch6.kv_cache_bytes": _kv_bytes_rewrite,
+    "ch7.prefix_lm_mask": lambda T, p: torch.maximum(torch.ones(T, T).tril(), (torch.arange(T) < p).float().expand(T, T)).bool(),
+    "ch7.encoder_decoder_masks": lambda T_enc, T_dec: (torch.ones(T_enc, T_enc) > 0, torch.ones(T_dec, T_dec).tril() > 0,
+                                                       torch.ones(T_dec, T_enc) > 0),
+    "ch7.bert_corrupt": _bert_rewrite,
+    "ch7.mlm_loss": lambda logits, labels: (F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").sum()
+                                            / (labels != -100).sum()),
+    "ch8.padded_causal_mask": lambda keep: keep[:, None, None, :].expand(-1, 1, keep.size(1), -1).tril(),
+    "ch8.document_mask": lambda ids: ((ids[:, None, :] == ids[:, :, None])
+                                      & (torch.arange(ids.size(1), device=ids.device)[:, None]
+                                         >= torch.arange(ids.size(1), device=ids.device)))[:, None],
+    "ch8.sliding_window_mask": lambda T, W: ((torch.arange(T)[:, None] - torch.arange(T)) >= 0)
+    & ((torch.arange(T)[:, None] - torch.arange(T)) <= W - 1),
+    "ch8.gqa_attention": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k[:, torch.arange(q.size(1), device=q.device) // (q.size(1) // k.size(1))],
+        v[:, torch.arange(q.size(1), device=q.device) // (q.size(1) // k.size(1))], is_causal=True),
+    "ch8.rope_decode_step": None,  # set below
+    "ch9.shard_positions": _shard_rewrite,
+    "ch9.tiles_per_step": _tiles_rewrite,
+    "ch9.fold_block": _fold_rewrite,
+}
+
+
+def _rope_rewrite(q_new, k_new, v_new, k_cache, v_cache):
+    from attnlab.rope import apply_rope
+
+    t, T_new = k_cache.size(2), q_new.size(2)
+    positions = t + torch.arange(T_new, device=q_new.device)
+    keys = torch.cat([k_cache, apply_rope(k_new, positions)], 2)
+    values = torch.cat([v_cache, v_new], 2)
+    key_pos = torch.arange(t + T_new, device=q_new.device)
+    scores = apply_rope(q_new, positions) @ keys.mT / math.sqrt(q_new.size(-1))
+    scores = scores.masked_fill(key_pos[None, :] > positions[:, None], float("-inf"))
+    return scores.softmax(-1) @ values, keys, values
+
+
+RIGHT["ch8.rope_decode_step"] = _rope_rewrite
