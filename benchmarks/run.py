@@ -397,13 +397,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="folder for the result files")
     parser.add_argument("--publish", action="store_true", help="also copy the JSON to attnlab/data/")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's own choice; recorded with the results)")
+                        help="torch CPU threads (default: 1 on the CPU, where a second thread waits whenever "
+                             "another process holds a core; torch's own choice on a GPU; recorded with the results)")
     args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.threads is None and device.type == "cpu":
+        args.threads = 1
     if args.threads is not None:
         if args.threads < 1:
             parser.error("--threads must be at least 1")
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     result = run(args.size or "default", device)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
