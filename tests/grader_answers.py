@@ -619,3 +619,47 @@ def _rope_rewrite(q_new, k_new, v_new, k_cache, v_cache):
 
 
 RIGHT["ch8.rope_decode_step"] = _rope_rewrite
+
+
+# --------------------------------------------------------------------------
+# The tasks of exercises 4 (optional block), 9 (pass_on), 10 and 11, added with those exercises.
+
+def _block_peeks_ahead(block, x):
+    """A residual stream that also reads position t + 1: the leak the causality tests must find."""
+    return _ref("ch4.causal_block")(block, x) + 1e-3 * x.roll(-1, dims=1)
+
+
+def _padded_logits_with_pads(model, ids, pad):
+    """The right logits, plus a zero row where the padding sits: a shape the task does not ask for."""
+    out = _ref("ch10.padded_logits")(model, ids, pad)
+    return torch.cat([torch.zeros_like(out[..., :1, :]), out], dim=-2)
+
+
+def _saved_bytes_in_bits(B, H, T, d, element_size):
+    return 8 * _ref("ch11.saved_bytes")(B, H, T, d, element_size)
+
+
+def _backward_flops_without_factor_2(T, block, d):
+    return _ref("ch11.backward_flops")(T, block, d) // 2
+
+
+WRONG.update({
+    "ch4.causal_block": [("x edited in place", edits_input("ch4.causal_block"), I),
+                         ("peeks at the next position", _block_peeks_ahead, None)],
+    "ch9.pass_on": [("k edited in place", edits_input("ch9.pass_on"), None),
+                    ("a CPU tensor mixed in", cpu_tensor("ch9.pass_on"), None)],
+    "ch10.padded_logits": [("ids edited in place", edits_input("ch10.padded_logits"), I),
+                           ("logits of the padded positions left in", _padded_logits_with_pads, None)],
+    "ch10.leaky_models": [("ids edited in place", edits_input("ch10.leaky_models"), I),
+                          ("every model called leaky", lambda models, ids, atol=1e-5: [True] * len(models), None)],
+    "ch11.score_grad": [("dp edited in place", edits_input("ch11.score_grad"), I),
+                        ("a CPU tensor mixed in", cpu_tensor("ch11.score_grad"), D)],
+    "ch11.tile_backward": [("q edited in place", edits_input("ch11.tile_backward"), I),
+                           ("a CPU tensor mixed in", cpu_tensor("ch11.tile_backward"), D)],
+    "ch11.saved_bytes": [("example hard-coded", _hard_coded("ch11.saved_bytes", 1, 2, 64, 16, 4), "grader.hardcoded"),
+                         ("bits instead of bytes", _saved_bytes_in_bits, None)],
+    "ch11.backward_flops": [("example hard-coded", _hard_coded("ch11.backward_flops", 64, 16, 16), "grader.hardcoded"),
+                            ("one FLOP per multiply-add", _backward_flops_without_factor_2, None)],
+})
+RIGHT.update({task_id: TASKS[task_id].alternatives[-1]  # a correct formulation other than the reference
+              for task_id in WRONG if task_id not in RIGHT})
