@@ -489,7 +489,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _process_context():
+def _process_context(*modules: str):
     """"forkserver" where it exists (Linux, macOS): one server process imports torch once and
     forks every rank from it, so a launch costs well under a second after the first; "spawn"
     elsewhere (every rank imports torch itself). Never plain "fork" from a running kernel."""
@@ -499,38 +499,28 @@ def _process_context():
         context = mp.get_context("forkserver")
         main = getattr(sys.modules["__main__"], "__spec__", None)  # `python -m attnlab.ring` runs as __main__
         # torch._dynamo: the first TorchDispatchMode (attnlab.memory.PeakMemory) imports it, seconds per process
-        preload = ["torch", "torch.distributed", "torch._dynamo", "attnlab.ring"]
+        preload = ["torch", "torch.distributed", "torch._dynamo", "attnlab.ring", *modules]
         context.set_forkserver_preload([name for name in preload if name != getattr(main, "name", None)])
         return context
     return mp.get_context("spawn")
 
 
-def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -> list[JobResult]:
-    """Start P gloo processes on this machine, run ``jobs`` on all of them, return their reports.
+def run_ranks(worker, P: int, jobs: list, timeout_s: float, *extra, modules: tuple[str, ...] = ()) -> dict:
+    """Start P processes, each running ``worker(rank, P, port, jobs, results, lang, timeout_s, *extra)``,
+    and collect what each puts on ``results``: ``(rank, reports, error)``. Returns ``{rank: reports}``.
 
-    Sizes are checked here first, so bad input fails at once with a clear
-    message. A failure in any process is raised here with its traceback.
-    ``code``: the caller's own functions to run instead of the package's (see :func:`code_of`).
-    ``timeout_s`` bounds the whole run and every collective (a deadlocked ring fails after it).
+    A rank that dies, reports an error, or a run longer than ``timeout_s`` (most often a deadlocked
+    ring) raises here, with the rank's traceback; every process is ended before this returns.
+    ``modules``: what the worker's module adds to the processes' preload (chapter 11's backward ring).
     """
-    P = inputs.whole_number("P", P, 1)
-    code = code_of(code) if code is not None else ""
-    if isinstance(jobs, RingJob):
-        jobs = [jobs]
-    if not jobs or not all(isinstance(job, RingJob) for job in jobs):
-        raise TypeError(tr("ring.error_jobs", got=inputs.describe(jobs)))
-    for job in jobs:
-        check_sizes(job.T, P, job.layout, job.block)
-        if job.method not in ("ring", "allgather", "pass"):
-            raise ValueError(tr("ring.error_method", got=inputs.describe(job.method)))
-    context = _process_context()
+    context = _process_context(*modules)
     results = context.Queue()
     port = free_port()
-    processes = [context.Process(target=_worker, args=(rank, P, port, jobs, results, get_language(), timeout_s, code),
+    processes = [context.Process(target=worker, args=(rank, P, port, jobs, results, get_language(), timeout_s, *extra),
                                  daemon=True) for rank in range(P)]
     for process in processes:
         process.start()
-    reports: dict[int, list[RankReport]] = {}
+    reports: dict[int, list] = {}
     deadline = time.monotonic() + timeout_s
     try:
         while len(reports) < P:
@@ -554,6 +544,28 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -
                 process.terminate()
                 process.join()
         results.close()
+    return reports
+
+
+def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -> list[JobResult]:
+    """Start P gloo processes on this machine, run ``jobs`` on all of them, return their reports.
+
+    Sizes are checked here first, so bad input fails at once with a clear
+    message. A failure in any process is raised here with its traceback.
+    ``code``: the caller's own functions to run instead of the package's (see :func:`code_of`).
+    ``timeout_s`` bounds the whole run and every collective (a deadlocked ring fails after it).
+    """
+    P = inputs.whole_number("P", P, 1)
+    code = code_of(code) if code is not None else ""
+    if isinstance(jobs, RingJob):
+        jobs = [jobs]
+    if not jobs or not all(isinstance(job, RingJob) for job in jobs):
+        raise TypeError(tr("ring.error_jobs", got=inputs.describe(jobs)))
+    for job in jobs:
+        check_sizes(job.T, P, job.layout, job.block)
+        if job.method not in ("ring", "allgather", "pass"):
+            raise ValueError(tr("ring.error_method", got=inputs.describe(job.method)))
+    reports = run_ranks(_worker, P, jobs, timeout_s, code)
     return [JobResult(job, [reports[r][j] for r in range(P)]) for j, job in enumerate(jobs)]
 
 

@@ -24,7 +24,6 @@ whole ring in one ``torch.autograd.Function`` (:class:`RingAttention`):
 from __future__ import annotations
 
 import os
-import queue as queue_module
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -37,8 +36,8 @@ import torch.nn.functional as F
 from . import inputs
 from .blocked import attend_tiles, finish_states, start_states, tile_kind
 from .blocked_backward import tile_grads
-from .i18n import get_language, set_language, tr
-from .ring import check_sizes, free_port, pass_on, shard_positions
+from .i18n import set_language, tr
+from .ring import check_sizes, pass_on, run_ranks, shard_positions
 
 
 def pass_tensors(tensors, group=None):
@@ -207,16 +206,6 @@ def _worker(rank, P, port, jobs, results, lang, timeout_s):
         results.put((rank, None, traceback.format_exc()))
 
 
-def _context():
-    import torch.multiprocessing as mp
-
-    if "forkserver" in mp.get_all_start_methods():
-        context = mp.get_context("forkserver")
-        context.set_forkserver_preload(["torch", "torch.distributed", "attnlab.ring_backward"])
-        return context
-    return mp.get_context("spawn")
-
-
 def run_ring_backward(jobs, P, timeout_s=120.0):
     """Start P gloo processes, run forward and backward of ring attention for each job:
     a list per job of P :class:`BackwardReport`."""
@@ -227,37 +216,7 @@ def run_ring_backward(jobs, P, timeout_s=120.0):
         raise TypeError(tr("ch11.error_jobs", got=inputs.describe(jobs)))
     for job in jobs:
         check_sizes(job.T, P, job.layout, job.block)
-    context = _context()
-    results = context.Queue()
-    port = free_port()
-    processes = [context.Process(target=_worker, args=(rank, P, port, jobs, results, get_language(), timeout_s),
-                                 daemon=True) for rank in range(P)]
-    for process in processes:
-        process.start()
-    reports = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(reports) < P:
-            try:
-                rank, rank_reports, error = results.get(timeout=0.2)
-            except queue_module.Empty:
-                for rank, process in enumerate(processes):
-                    if rank not in reports and process.exitcode not in (None, 0):
-                        raise RuntimeError(tr("ring.error_exit", rank=rank, code=process.exitcode)) from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(tr("ring.error_timeout", seconds=timeout_s)) from None
-                continue
-            if error:
-                raise RuntimeError(tr("ring.error_rank", rank=rank) + "\n" + error)
-            reports[rank] = rank_reports
-        for process in processes:
-            process.join(timeout=30)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-                process.join()
-        results.close()
+    reports = run_ranks(_worker, P, jobs, timeout_s, modules=("attnlab.ring_backward",))
     return [[reports[r][j] for r in range(P)] for j in range(len(jobs))]
 
 
