@@ -1,9 +1,11 @@
 """GPU-only checks: skipped without CUDA, run on the GPU runner by tools/gpu_check.sh.
 
-What chapter 3 says about CUDA, checked where it can be: flash attention takes
+What chapters 3 and 8 say about CUDA, checked where it can be: flash attention takes
 ``is_causal`` but not an explicit mask, fused attention needs a fraction of the
 memory (``torch.cuda.max_memory_allocated``) and beats the explicit version in
-bfloat16. ``ATTNLAB_REQUIRE_GPU=1`` turns the skip into a failure (the GPU
+bfloat16 (chapter 3); a row with nothing to read is zero, not NaN, on every CUDA
+backend that takes a mask, and compiled FlexAttention visits only the non-empty
+blocks and equals SDPA with the dense mask (chapter 8). ``ATTNLAB_REQUIRE_GPU=1`` turns the skip into a failure (the GPU
 script sets it, so a machine without a working GPU cannot pass silently).
 """
 
@@ -95,3 +97,70 @@ def test_fused_attention_in_bfloat16_is_faster_than_the_explicit_mask():
     fused = milliseconds(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), q, k, v)
     print(f"T=4096, 8 heads, bfloat16: explicit {explicit:.2f} ms, SDPA {fused:.2f} ms per call")
     assert fused < explicit
+
+
+# What chapter 8 says only for the CPU backends, checked on every CUDA backend
+# that takes a boolean mask: a row with nothing to read (left padding) comes
+# back as zeros, not NaN, and every other row equals the explicit softmax.
+MASKED_BACKENDS = ["MATH", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
+
+
+def left_padded_mask(lengths: list[int], T: int) -> torch.Tensor:
+    """[B, 1, T, T] bool: causal, and keys before each row's padding are hidden."""
+    keys = torch.arange(T, device="cuda")
+    real_key = keys[None, :] >= (T - torch.tensor(lengths, device="cuda"))[:, None]  # [B, T]
+    return causal_allowed(T, device="cuda")[None, None] & real_key[:, None, None, :]
+
+
+@pytest.mark.parametrize("backend_name", MASKED_BACKENDS)
+def test_a_fully_masked_row_is_zero_not_nan_on_each_cuda_backend(backend_name):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+    T, lengths = 64, [64, 40, 9]
+    allowed = left_padded_mask(lengths, T)  # [3, 1, T, T]
+    q, k, v = qkv(T, torch.float16, B=len(lengths))
+    try:
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    except RuntimeError as error:  # no kernel of this backend for these inputs on this GPU
+        pytest.skip(f"{backend_name} has no kernel for a bool mask in float16 here: {error}")
+    real = allowed.any(-1).expand(-1, q.shape[1], -1)  # [B, H, T]: queries with something to read
+    assert (~real).sum() > 0, "the test needs rows with nothing to read"
+    assert not torch.isnan(out).any(), f"{backend_name} returns NaN for a fully masked row"
+    assert (out[~real] == 0).all(), f"{backend_name}: a fully masked row is not zero"
+    scores = (q.float() @ k.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
+    explicit = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v.float()
+    assert torch.allclose(out[real].float(), explicit[real], atol=5e-3)
+
+
+# What chapter 8 says about compiled FlexAttention on a CUDA GPU: the fused
+# kernel equals SDPA with the dense mask, and the block mask it runs on leaves
+# the empty blocks out: for a causal rule, n(n-1)/2 of the n*n blocks.
+def test_compiled_flex_attention_skips_the_empty_blocks_and_equals_sdpa():
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < 256)
+
+    T, block = 2048, 128
+    n = T // block
+    q, k, v = qkv(T, torch.float16)
+    compiled = torch.compile(flex_attention)
+    for rule, dense, empty_blocks in (
+        (causal, causal_allowed(T, device="cuda"), n * (n - 1) // 2),
+        (window, causal_allowed(T, device="cuda") & ~causal_allowed(T, device="cuda").tril(-256), None),
+    ):
+        block_mask = create_block_mask(rule, B=None, H=None, Q_LEN=T, KV_LEN=T, BLOCK_SIZE=block, device="cuda")
+        visited = int(block_mask.kv_num_blocks.sum()) + int(block_mask.full_kv_num_blocks.sum())
+        if empty_blocks is not None:
+            assert n * n - visited == empty_blocks
+        else:  # the window: each query block reads its own block and the one or two before it
+            assert visited <= 3 * n
+        out = compiled(q, k, v, block_mask=block_mask)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+        assert torch.allclose(out, expected, atol=5e-3), rule.__name__
+        print(f"{rule.__name__}: {visited} of {n * n} blocks visited, sparsity {block_mask.sparsity():.1f} %")
