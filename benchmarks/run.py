@@ -4,6 +4,10 @@
     python -m benchmarks.run --full     # bigger sizes, for a bigger machine or a GPU
     python -m benchmarks.run --smoke    # tiny sizes, seconds (the test suite runs this)
 
+On a CUDA GPU the default sizes are ``gpu``: the same rows, plus bfloat16 rows from T = 1k to
+32k (flash causal against full, compiled FlexAttention with causal and sliding-window block
+masks); ``--publish`` then writes ``attnlab/data/benchmarks_cuda.json`` next to the CPU file.
+
 Writes ``benchmarks/results/<name>.md``, ``.json`` and ``.png`` (``--name``,
 default ``cpu`` or ``gpu``), with the machine described. Every speed claim is a
 median of ratios taken side by side in the same run (after warm-up; see
@@ -55,6 +59,10 @@ class Sizes:
     pair_repeats: int  # rounds of a side-by-side pair (causal and full, cache and none)
     model: dict  # GPTConfig fields of the decode model
     backward_T: tuple[int, ...] = (64, 128)  # sequence lengths for the backward rows (chapter 11)
+    gpu_T: tuple[int, ...] = ()  # sequence lengths of the bfloat16 rows (flash, FlexAttention; GPU only)
+    gpu_heads: int = 16  # H of the bfloat16 rows, with d = 128 and batch 1
+    window: int = 1024  # sliding window of the FlexAttention rows (chapter 8)
+    naive_max_T: int = 16384  # the bfloat16 rows time the naive [T, T] version up to this T
 
 
 SIZES = {
@@ -63,6 +71,10 @@ SIZES = {
                      (1024, 4096)),
     "full": Sizes((256, 1024, 4096, 8192), 8, 128, (128, 512, 2048, 4096), 32, 7, 11,
                   dict(n_layer=6, n_head=6, n_embd=384), (1024, 4096, 8192)),
+    # the default on a CUDA GPU (an H200 in mind): the fp32 rows of the CPU sizes, and the bfloat16
+    # sweep from 1k to 32k behind chapters 3 and 8's GPU claims
+    "gpu": Sizes((1024, 4096, 8192), 8, 128, (128, 512, 2048, 4096), 32, 7, 11,
+                 dict(n_layer=6, n_head=6, n_embd=384), (1024, 4096), (1024, 2048, 4096, 8192, 16384, 32768)),
 }
 
 
@@ -134,6 +146,23 @@ def machine(device: torch.device) -> dict:
     return info
 
 
+def cuda_peak_MiB(fn) -> float:
+    """Peak memory a call allocates on the GPU, from ``torch.cuda.max_memory_allocated``."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    return peak / 2**20
+
+
+def peak_MiB(fn, device: torch.device) -> float:
+    """Peak memory of ``fn()``: counted tensor bytes on the CPU (attnlab.memory), the allocator's peak on a GPU."""
+    return cuda_peak_MiB(fn) if device.type == "cuda" else peak_bytes(fn) / 2**20
+
+
 def attention_rows(sizes: Sizes, device: torch.device) -> list[dict]:
     """Naive masked attention vs SDPA (is_causal) vs blocked tile-skipping: time and peak memory."""
     rows = []
@@ -152,7 +181,7 @@ def attention_rows(sizes: Sizes, device: torch.device) -> list[dict]:
             row[f"{name}_causal_ms"], row[f"{name}_full_ms"] = 1e3 * pair["a"], 1e3 * pair["b"]
             row[f"{name}_causal_over_full"] = pair["ratio"]
         for name, fn in (("naive", naive), ("sdpa_causal", sdpa), ("blocked_causal", blocked)):
-            row[f"{name}_peak_MiB"] = peak_bytes(fn) / 2**20 if device.type == "cpu" else None
+            row[f"{name}_peak_MiB"] = peak_MiB(fn, device)
         _, counts = blocked_attention(q, k, v, block=sizes.block)
         _, full_counts = blocked_attention(q, k, v, block=sizes.block, causal=False)
         n = math.ceil(T / sizes.block)
@@ -190,18 +219,66 @@ def backward_rows(sizes: Sizes, device: torch.device) -> list[dict]:
             row["blocked_backward_ms"], row["naive_backward_ms"] = 1e3 * pair["a"], 1e3 * pair["b"]
             row["time_ratio_blocked_vs_naive"] = pair["ratio"]  # median of per-round ratios, with the spread
             for name, fn in (("naive", naive), ("blocked", blocked)):
-                row[f"{name}_backward_peak_MiB"] = peak_bytes(fn) / 2**20 if device.type == "cpu" else None
+                row[f"{name}_backward_peak_MiB"] = peak_MiB(fn, device)
             naive_grads, blocked_grads = naive(), blocked()[:3]
         row["sdpa_backward_ms"] = 1e3 * median_seconds(sdpa, device, sizes.repeats)
         p_bytes, ol_bytes = saved_bytes_formula(1, sizes.heads, T, 64)
         row["naive_saved_MiB"], row["blocked_saved_MiB"] = p_bytes / 2**20, ol_bytes / 2**20
-        if device.type == "cpu":
-            row["peak_ratio_blocked_vs_naive"] = row["blocked_backward_peak_MiB"] / row["naive_backward_peak_MiB"]
+        row["peak_ratio_blocked_vs_naive"] = row["blocked_backward_peak_MiB"] / row["naive_backward_peak_MiB"]
         row["grads_within_tolerance"] = all(torch.allclose(a, b, atol=1e-4, rtol=1e-3)
                                             for a, b in zip(naive_grads, blocked_grads))
         rows.append(row)
         print(f"  backward T={T}: naive {row['naive_backward_ms']:.1f} ms, blocked {row['blocked_backward_ms']:.1f} ms,"
               f" SDPA {row['sdpa_backward_ms']:.1f} ms", flush=True)
+    return rows
+
+
+def bf16_rows(sizes: Sizes, device: torch.device, compile_flex: bool = True) -> list[dict]:
+    """Chapters 3 and 8 on a GPU, in bfloat16 (H = ``gpu_heads``, d = 128, batch 1): SDPA's flash
+    backend with ``is_causal`` against no mask, and FlexAttention (compiled) with a causal and a
+    sliding-window block mask against an all-allowed one: time, blocks visited, peak memory.
+    ``compile_flex=False`` runs FlexAttention's reference path (a rehearsal of this code on a CPU)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    window = sizes.window
+    rules = {"causal": lambda b, h, q, kv: q >= kv,
+             "window": lambda b, h, q, kv: (q >= kv) & (q - kv < window),
+             "full": lambda b, h, q, kv: q >= 0}
+    flex = torch.compile(flex_attention) if compile_flex else flex_attention
+    rows = []
+    for T in sizes.gpu_T:
+        torch.manual_seed(0)
+        q, k, v = torch.randn(3, 1, sizes.gpu_heads, T, 128, device=device, dtype=torch.bfloat16).unbind(0)
+        row = {"T": T, "H": sizes.gpu_heads, "d": 128, "dtype": "bfloat16", "window": window}
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            causal = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+            full = lambda: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+            pair = paired_seconds(wall_seconds(full, device), wall_seconds(causal, device), sizes.pair_repeats)
+            row["flash_full_ms"], row["flash_causal_ms"] = 1e3 * pair["a"], 1e3 * pair["b"]
+            row["flash_full_over_causal"] = pair["ratio"]  # chapter 3's "causal is about 1.7-1.8x faster"
+            row["flash_causal_peak_MiB"] = peak_MiB(causal, device)
+            reference = causal()
+        if T <= sizes.naive_max_T:
+            row["naive_ms"] = 1e3 * median_seconds(lambda: causal_attention(q, k, v), device, sizes.repeats)
+            row["naive_peak_MiB"] = peak_MiB(lambda: causal_attention(q, k, v), device)
+        masks = {name: create_block_mask(rule, B=None, H=None, Q_LEN=T, KV_LEN=T, device=device)
+                 for name, rule in rules.items()}
+        calls = {name: (lambda m=m: flex(q, k, v, block_mask=m)) for name, m in masks.items()}
+        for name, mask in masks.items():
+            visited = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
+            row[f"flex_{name}_blocks"] = {"visited": visited, "total": mask.kv_num_blocks.shape[-1] ** 2}
+        for name in ("causal", "window"):
+            pair = paired_seconds(wall_seconds(calls[name], device), wall_seconds(calls["full"], device),
+                                  sizes.pair_repeats)
+            row[f"flex_{name}_ms"], row["flex_full_ms"] = 1e3 * pair["a"], 1e3 * pair["b"]
+            row[f"flex_{name}_over_full"] = pair["ratio"]
+        row["flex_causal_equals_flash"] = torch.allclose(calls["causal"]().float(), reference.float(), atol=2e-2)
+        rows.append(row)
+        print(f"  bf16 T={T}: flash causal {row['flash_causal_ms']:.2f} ms, full {row['flash_full_ms']:.2f} ms "
+              f"(full/causal {row['flash_full_over_causal']['median']:.2f}); flex causal/full "
+              f"{row['flex_causal_over_full']['median']:.2f}, window/full {row['flex_window_over_full']['median']:.2f}",
+              flush=True)
     return rows
 
 
@@ -290,7 +367,8 @@ def markdown(result: dict) -> str:
              "over rounds that time both sides back to back (alternating which goes first), with the "
              "smallest and largest round in brackets, so a burst of other work on the machine moves "
              "single rounds, not the median. Peak memory is counted "
-             "exactly by attnlab.memory (tensors only; kernel scratch buffers are not seen).", "",
+             "exactly by attnlab.memory on the CPU (tensors only; kernel scratch buffers are not seen) "
+             "and taken from `torch.cuda.max_memory_allocated` on a GPU.", "",
              "## Attention: naive masked vs SDPA vs blocked tile-skipping (B=1, d=64)", "",
              "| T | H | naive ms | SDPA causal ms | SDPA full ms | causal/full SDPA | blocked causal ms "
              "| blocked full ms | causal/full blocked | naive MiB | SDPA MiB | blocked MiB |",
@@ -323,6 +401,22 @@ def markdown(result: dict) -> str:
                          f"{mib(r['naive_backward_peak_MiB'])} | {mib(r['blocked_backward_peak_MiB'])} | "
                          f"{'-' if peak_ratio is None else f'{peak_ratio:.3f}'} | "
                          f"{r['naive_saved_MiB']:.2f} / {r['blocked_saved_MiB']:.2f} | {r['grads_within_tolerance']} |")
+    if result.get("bf16"):
+        lines += ["", "## bfloat16 on the GPU: flash and FlexAttention, causal against full (B=1, d=128; chapters 3 and 8)",
+                  "", "SDPA under `sdpa_kernel(FLASH_ATTENTION)`; FlexAttention compiled with `torch.compile`, block "
+                  "masks from `create_block_mask` (128 x 128 blocks; visited = partial + full blocks). Peak = "
+                  "`torch.cuda.max_memory_allocated` during the call.", "",
+                  "| T | H | flash causal ms | flash full ms | full/causal flash | naive ms | flash MiB | naive MiB "
+                  "| flex causal/full | flex window/full | blocks visited causal / window / total | flex = flash |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in result["bf16"]:
+            naive = (f"{r['naive_ms']:.2f}", mib(r["naive_peak_MiB"])) if "naive_ms" in r else ("-", "-")
+            blocks = (f"{r['flex_causal_blocks']['visited']} / {r['flex_window_blocks']['visited']} / "
+                      f"{r['flex_full_blocks']['total']}")
+            lines.append(f"| {r['T']} | {r['H']} | {r['flash_causal_ms']:.3f} | {r['flash_full_ms']:.3f} | "
+                         f"{spread(r['flash_full_over_causal'])} | {naive[0]} | {mib(r['flash_causal_peak_MiB'])} | "
+                         f"{naive[1]} | {spread(r['flex_causal_over_full'])} | {spread(r['flex_window_over_full'])} | "
+                         f"{blocks} | {r['flex_causal_equals_flash']} |")
     mem = result["kv_cache_memory"]
     lines += ["", f"## Greedy decoding with and without the KV cache (small GPT, {mem['parameters']:,} parameters)",
               "", "| context | new tokens | tokens/s with cache | tokens/s without | speedup | same tokens |",
@@ -346,8 +440,9 @@ def markdown(result: dict) -> str:
 def plot(result: dict, path: pathlib.Path) -> None:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 3.6), layout="constrained")
-    ax1, ax2, ax3 = fig.subplots(1, 3)
+    bf16 = result.get("bf16") or []
+    fig = Figure(figsize=(13 if bf16 else 10, 3.6), layout="constrained")
+    ax1, ax2, ax3, *ax4 = fig.subplots(1, 4 if bf16 else 3)
     Ts = [r["T"] for r in result["attention"]]
     for key, label in (("naive_ms", "naive masked"), ("sdpa_causal_ms", "SDPA is_causal"),
                        ("blocked_causal_ms", "blocked (tile skip)")):
@@ -366,6 +461,14 @@ def plot(result: dict, path: pathlib.Path) -> None:
     ax3.plot(contexts, [r["tokens_per_s_no_cache"] for r in result["decode"]], marker="o", label="recompute")
     ax3.set(xscale="log", yscale="log", xlabel="context", ylabel="tokens/s", title="greedy decoding")
     ax3.legend(fontsize=7)
+    if bf16:
+        Ts = [r["T"] for r in bf16]
+        for key, label in (("flash_causal_ms", "flash is_causal"), ("flash_full_ms", "flash full"),
+                           ("flex_causal_ms", "flex causal"), ("flex_window_ms", "flex window"),
+                           ("flex_full_ms", "flex full")):
+            ax4[0].plot(Ts, [r[key] for r in bf16], marker="o", label=label)
+        ax4[0].set(xscale="log", yscale="log", xlabel="T", ylabel="ms", title="bfloat16 on the GPU")
+        ax4[0].legend(fontsize=7)
     fig.savefig(path, dpi=100)
 
 
@@ -375,6 +478,7 @@ def run(size: str, device: torch.device) -> dict:
     attention = attention_rows(sizes, device)
     backward = backward_rows(sizes, device)
     decode, memory = decode_rows(sizes, device)
+    bf16 = bf16_rows(sizes, device) if device.type == "cuda" and sizes.gpu_T else []
     last = attention[-1]
     ratio = last["sdpa_causal_over_full"]["median"]
     notes = (f"at T={last['T']}, SDPA with is_causal=True took {ratio:.2f} of the time of SDPA without a mask "
@@ -383,7 +487,7 @@ def run(size: str, device: torch.device) -> dict:
              f"construction: causal/full = {last['blocked_causal_over_full']['median']:.2f} "
              f"against a counted FLOP ratio of {last['flops_ratio_counted']:.2f}.")
     return {"size": size, "date": time.strftime("%Y-%m-%d"), "machine": machine(device), "attention": attention,
-            "backward": backward, "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,
+            "backward": backward, "bf16": bf16, "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,
             "notes": notes}
 
 
@@ -407,15 +511,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads < 1:
             parser.error("--threads must be at least 1")
         torch.set_num_threads(args.threads)
-    result = run(args.size or "default", device)
+    result = run(args.size or ("gpu" if device.type == "cuda" else "default"), device)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("gpu" if device.type == "cuda" else "cpu")
     (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
     (out / f"{name}.md").write_text(markdown(result), "utf-8")
     plot(result, out / f"{name}.png")
-    if args.publish:
-        PUBLISHED.write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+    if args.publish:  # the chapters quote the CPU file; a GPU run publishes next to it
+        published = PUBLISHED if device.type == "cpu" else PUBLISHED.with_name(f"benchmarks_{device.type}.json")
+        published.write_text(json.dumps(result, indent=1) + "\n", "utf-8")
     print(f"wrote {out / name}.md, .json, .png", flush=True)
     return 0
 

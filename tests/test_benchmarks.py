@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from benchmarks import run
 
@@ -41,3 +42,28 @@ def test_paired_rounds_alternate_and_give_the_median_of_per_round_ratios():
     assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then a-b, b-a, a-b
     assert pair["ratio"] == {"median": 3.0, "min": 0.5, "max": 3.0, "rounds": 3}  # 3/1, 1/2, 9/3
     assert pair["a"] == 3.0 and pair["b"] == 2.0
+
+
+def test_the_bfloat16_rows_of_a_gpu_run_rehearsed_on_the_cpu(tmp_path):
+    """The GPU-only rows (flash and FlexAttention in bfloat16) run the same code here, uncompiled."""
+    sizes = run.Sizes((64,), 2, 32, (16,), 2, 1, 3, dict(n_layer=1, n_head=2, n_embd=32),
+                      gpu_T=(512,), gpu_heads=2, window=64, naive_max_T=512)
+    (row,) = run.bf16_rows(sizes, torch.device("cpu"), compile_flex=False)
+    n = 512 // 128  # FlexAttention's default block: 128 x 128
+    assert row["flex_full_blocks"] == {"visited": n * n, "total": n * n}
+    assert row["flex_causal_blocks"]["visited"] == n * (n + 1) // 2
+    assert row["flex_window_blocks"]["visited"] == n + (n - 1)  # its own block and the partial one before
+    assert row["flex_causal_equals_flash"]
+    for pair in ("flash_full_over_causal", "flex_causal_over_full", "flex_window_over_full"):
+        assert row[pair]["min"] <= row[pair]["median"] <= row[pair]["max"], pair
+    assert row["naive_peak_MiB"] > row["flash_causal_peak_MiB"]
+    text = run.markdown({"size": "rehearsal", "date": "-", "machine": run.machine(torch.device("cpu")),
+                         "attention": [], "backward": [], "bf16": [row], "decode": [],
+                         "kv_cache_memory": {"parameters": 0, "n_layer": 1, "n_head": 2, "head_dim": 16,
+                                             "max_len": 1, "bytes_formula": 0, "bytes_measured": 0},
+                         "notes": ""})
+    assert "| 512 | 2 |" in text and f"{n * (n + 1) // 2} / {2 * n - 1} / {n * n}" in text
+    decode, _ = run.decode_rows(sizes, torch.device("cpu"))
+    result = {"attention": run.attention_rows(sizes, torch.device("cpu")), "decode": decode, "bf16": [row]}
+    run.plot(result, tmp_path / "bf16.png")  # with a fourth panel for the bfloat16 rows
+    assert (tmp_path / "bf16.png").stat().st_size > 1000

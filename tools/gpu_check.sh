@@ -12,7 +12,10 @@
 #   bash tools/gpu_check.sh --download WHEELS [PYTHON_VERSION]   # e.g. 3.12
 #
 # Environment: PYTHON (default python3), JOBS (pytest-xdist workers, default 4),
-# ATTNLAB_REQUIRE_GPU (default 1: no CUDA fails; 0 rehearses on a CPU machine).
+# ATTNLAB_REQUIRE_GPU (default 1: no CUDA fails; 0 rehearses on a CPU machine),
+# BENCH=1 (after the checks, also `python -m benchmarks.run --publish`: the GPU
+# sizes, written to benchmarks/results/gpu.{md,json,png} and
+# attnlab/data/benchmarks_cuda.json; BENCH_ARGS are passed on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -56,4 +59,10 @@ status=0
 "$PYTHON" -m pytest -p no:cacheprovider -q -rs -n "${JOBS:-4}" --dist loadfile \
   --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg $notebooks tests/test_gpu.py || status=$?
 echo "GPU check: pytest exit status $status after $(( $(date +%s) - start )) s"
+if [ "${BENCH:-0}" = 1 ]; then
+  bench_start=$(date +%s)
+  # shellcheck disable=SC2086
+  "$PYTHON" -m benchmarks.run --publish ${BENCH_ARGS:-} || status=$?
+  echo "benchmarks: exit status $status after $(( $(date +%s) - bench_start )) s"
+fi
 exit $status
