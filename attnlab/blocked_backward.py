@@ -2,13 +2,14 @@
 
 Chapter 3's blocked attention never holds the [T, T] scores in the forward
 pass. Training needs gradients, and autograd of the explicit attention of
-chapter 1 keeps the probabilities P [..., T, T] of every layer until the
+chapter 1 keeps the attention weights A [..., T, T] (the probabilities; FlashAttention
+writes them P, but in this course P is the number of ranks of chapter 9) of every layer until the
 backward pass. FlashAttention-2's backward (Dao 2023, arXiv 2307.08691,
 section 3.1.2 and Algorithm 2) keeps only the output O and the row-wise
 logsumexp L [..., T] and recomputes each tile's probabilities from them:
-``P_ij = exp(S_ij - L_i)``. With ``D = rowsum(dO * O)``:
+``A_ij = exp(S_ij - L_i)``. With ``D = rowsum(dO * O)``:
 
-    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),
+    dV = A^T dO,   dA = dO V^T,   dS = A * (dA - D),
     dQ = dS K / sqrt(d),   dK = dS^T Q / sqrt(d).
 
 :func:`attention_grads` writes these formulas out on whole matrices;
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import attention
+from . import inputs
 from .blocked import OnlineSoftmax, check_blocked_inputs, tile_kind
 from .i18n import tr
 
@@ -47,20 +49,61 @@ class PassCounts:
         return self.full + self.diagonal
 
 
+# --------------------------------------------------------------------------- clear errors for bad input
+
+
+def _tensors(**named):
+    """Every value a floating-point tensor, all of one dtype (a learner may pass numpy, ints, a mix)."""
+    for name, value in named.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(tr("ch11.error_tensor", name=name, got=inputs.describe(value)))
+    dtypes = {name: str(value.dtype).removeprefix("torch.") for name, value in named.items()}
+    if not all(value.is_floating_point() for value in named.values()) or len(set(dtypes.values())) > 1:
+        raise TypeError(tr("ch11.error_dtype", names=", ".join(named),
+                           got=", ".join(f"{name} {dtype}" for name, dtype in dtypes.items())))
+
+
+def check_grads_inputs(q, k, v, d_out, allowed):
+    """Clear errors for :func:`attention_grads`: q, k, v, d_out and the mask ``allowed`` of chapter 1."""
+    _tensors(q=q, k=k, v=v, d_out=d_out)
+    check_blocked_inputs(q, k, v, 1, False)
+    expected = (*q.shape[:-1], v.shape[-1])
+    if tuple(d_out.shape) != expected:
+        raise ValueError(tr("ch11.error_d_out", expected=expected, got=tuple(d_out.shape)))
+    if allowed is not None and (not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool
+                                or tuple(allowed.shape[-2:]) != (q.shape[-2], k.shape[-2])):
+        got = inputs.describe(allowed) if not isinstance(allowed, torch.Tensor) else \
+            f"{tuple(allowed.shape)} {str(allowed.dtype).removeprefix('torch.')}"
+        raise ValueError(tr("ch11.error_allowed", expected=(q.shape[-2], k.shape[-2]), got=got))
+
+
+def check_backward_inputs(q, k, v, out, lse, d_out, block, causal, keep):
+    """Clear errors for :func:`blocked_backward`: the forward's inputs, O and L from blocked_forward, and dO."""
+    _check(q, k, v, block, causal, keep)
+    _tensors(out=out, d_out=d_out)
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(tr("ch11.error_tensor", name="lse", got=inputs.describe(lse)))
+    expected = (*q.shape[:-1], v.shape[-1])
+    if tuple(out.shape) != expected or tuple(d_out.shape) != expected or tuple(lse.shape) != tuple(q.shape[:-1]):
+        raise ValueError(tr("ch11.error_backward_shapes", out=expected, lse=tuple(q.shape[:-1]),
+                            got_out=tuple(out.shape), got_d_out=tuple(d_out.shape), got_lse=tuple(lse.shape)))
+
+
 # --------------------------------------------------------------------------- by hand, whole matrices
 
 
 def attention_grads(q, k, v, d_out, allowed=None):
+    check_grads_inputs(q, k, v, d_out, allowed)  # clear errors for bad input
     scale = 1 / math.sqrt(q.size(-1))
     scores = q @ k.transpose(-2, -1) * scale  # S [..., T_q, T_kv]
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    p = scores.softmax(dim=-1)  # P: a masked entry is exactly 0
-    out = p @ v  # O
+    a = scores.softmax(dim=-1)  # A: a masked entry is exactly 0
+    out = a @ v  # O
     D = (d_out * out).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O) [..., T_q, 1]
-    dv = p.transpose(-2, -1) @ d_out  # dV = P^T dO
-    dp = d_out @ v.transpose(-2, -1)  # dP = dO V^T
-    ds = p * (dp - D)  # dS = P * (dP - D): the softmax backward
+    dv = a.transpose(-2, -1) @ d_out  # dV = A^T dO
+    da = d_out @ v.transpose(-2, -1)  # dA = dO V^T
+    ds = a * (da - D)  # dS = A * (dA - D): the softmax backward
     dq = ds @ k * scale  # dQ = dS K / sqrt(d)
     dk = ds.transpose(-2, -1) @ q * scale  # dK = dS^T Q / sqrt(d)
     return dq, dk, dv
@@ -88,10 +131,10 @@ def tile_grads(q, k, v, d_out, lse, D, blocked=None):
     scores = (q @ k.transpose(-2, -1)).float() * scale  # S_ij [..., bq, bk], recomputed
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
-    p = torch.exp(scores - lse[..., None])  # P_ij = exp(S_ij - L_i), no softmax needed
-    dv = p.transpose(-2, -1) @ d_out.float()  # this tile's share of dV_j
-    dp = d_out.float() @ v.float().transpose(-2, -1)
-    ds = p * (dp - D[..., None])
+    a = torch.exp(scores - lse[..., None])  # A_ij = exp(S_ij - L_i), no softmax needed
+    dv = a.transpose(-2, -1) @ d_out.float()  # this tile's share of dV_j
+    da = d_out.float() @ v.float().transpose(-2, -1)
+    ds = a * (da - D[..., None])
     dq = ds @ k.float() * scale  # this tile's share of dQ_i
     dk = ds.transpose(-2, -1) @ q.float() * scale  # this tile's share of dK_j
     return dq, dk, dv
@@ -99,6 +142,8 @@ def tile_grads(q, k, v, d_out, lse, D, blocked=None):
 
 def tile_mask(kind, q_pos, k_pos, keep):
     """The entries of a tile to mask ([..., bq, bk] bool), or None when none is."""
+    if kind not in ("full", "diagonal"):
+        raise ValueError(tr("ch11.error_tile_kind", got=inputs.describe(kind)))
     blocked = None
     if kind == "diagonal":
         blocked = k_pos[None, :] > q_pos[:, None]  # the future inside the tile
@@ -112,6 +157,9 @@ def tile_mask(kind, q_pos, k_pos, keep):
 
 
 def _check(q, k, v, block, causal, keep):
+    _tensors(q=q, k=k, v=v)
+    if not isinstance(causal, bool):
+        raise TypeError(tr("ch11.error_causal", got=inputs.describe(causal)))
     check_blocked_inputs(q, k, v, block, causal)
     if keep is not None and (keep.dtype != torch.bool or q.dim() != 4 or keep.shape != (q.shape[0], k.shape[-2])):
         raise ValueError(tr("ch11.error_keep", expected=(q.shape[0], k.shape[-2]), got=tuple(keep.shape),
@@ -143,7 +191,7 @@ def blocked_forward(q, k, v, block=64, causal=True, keep=None):
                 continue
             setattr(counts, kind, getattr(counts, kind) + 1)
             counts.matmul_flops += 2 * (q_end - q_start) * (k_end - k_start) * (d + v.shape[-1]) \
-                * math.prod(q.shape[:-2])  # S = Q K^T and P V
+                * math.prod(q.shape[:-2])  # S = Q K^T and A V
             scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).float()
             blocked = tile_mask(kind, positions[offset + q_start:offset + q_end], positions[k_start:k_end], keep)
             if blocked is not None:
@@ -158,6 +206,7 @@ def blocked_forward(q, k, v, block=64, causal=True, keep=None):
 
 
 def blocked_backward(q, k, v, out, lse, d_out, block=64, causal=True, keep=None):
+    check_backward_inputs(q, k, v, out, lse, d_out, block, causal, keep)  # clear errors for bad input
     T_q, T_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
     offset, positions = T_kv - T_q, torch.arange(T_kv, device=q.device)
     D = (d_out.float() * out.float()).sum(dim=-1)  # D = rowsum(dO * O) [..., T_q], once
@@ -172,10 +221,10 @@ def blocked_backward(q, k, v, out, lse, d_out, block=64, causal=True, keep=None)
             kind = tile_kind(offset + q_start, offset + q_end, k_start, k_end) if causal else "full"
             if kind == "skipped":
                 counts.skipped += 1
-                continue  # P is 0 there: no gradient to compute, as in the forward
+                continue  # A is 0 there: no gradient to compute, as in the forward
             setattr(counts, kind, getattr(counts, kind) + 1)
             counts.matmul_flops += 2 * (q_end - q_start) * (k_end - k_start) * (3 * d + 2 * v.shape[-1]) \
-                * math.prod(q.shape[:-2])  # S, dV, dP, dQ, dK
+                * math.prod(q.shape[:-2])  # S, dV, dA, dQ, dK
             qs, ks = slice(q_start, q_end), slice(k_start, k_end)
             blocked = tile_mask(kind, positions[offset + q_start:offset + q_end], positions[ks], keep)
             tile_dq, tile_dk, tile_dv = tile_grads(q[..., qs, :], k[..., ks, :], v[..., ks, :], d_out[..., qs, :],
@@ -187,7 +236,7 @@ def blocked_backward(q, k, v, out, lse, d_out, block=64, causal=True, keep=None)
 
 
 class BlockedAttention(torch.autograd.Function):
-    """Blocked attention that saves q, k, v, O and L for backward, never P."""
+    """Blocked attention that saves q, k, v, O and L for backward, never A."""
 
     @staticmethod
     def forward(ctx, q, k, v, block, causal, keep):
@@ -218,12 +267,16 @@ def saved_tensors(fn, *args, **kwargs):
     Returns (result, [(shape, dtype, bytes)] of each new storage once). Measured with
     ``torch.autograd.graph.saved_tensors_hooks``: the pack hook sees every saved tensor.
     """
-    inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+    if not callable(fn):
+        raise TypeError(tr("ch11.error_saved_fn", got=inputs.describe(fn)))
+    if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
+        raise ValueError(tr("ch11.error_saved_grad"))
+    own = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
     seen, saved = set(), []
 
     def pack(tensor):
         key = tensor.untyped_storage().data_ptr()
-        if key not in inputs and key not in seen:
+        if key not in own and key not in seen:
             seen.add(key)
             saved.append((tuple(tensor.shape), tensor.dtype, tensor.untyped_storage().nbytes()))
         return tensor
@@ -234,7 +287,9 @@ def saved_tensors(fn, *args, **kwargs):
 
 
 def saved_bytes_formula(B, H, T, d_v, element_size=4):
-    """(explicit attention: P [B, H, T, T]; blocked: O [B, H, T, d_v] and L [B, H, T] float32)."""
+    """(explicit attention: A [B, H, T, T]; blocked: O [B, H, T, d_v] and L [B, H, T] float32)."""
+    B, H, T, d_v = (inputs.whole_number(name, value, 1) for name, value in zip("B H T d_v".split(), (B, H, T, d_v)))
+    element_size = inputs.whole_number("element_size", element_size, 1)
     return B * H * T * T * element_size, B * H * T * d_v * element_size + B * H * T * 4
 
 
@@ -244,6 +299,9 @@ def blocked_attention_in(model, block=64):
     :func:`blocked_attention_train` instead of SDPA (full-length causal self-attention only)."""
     from .gpt import SelfAttention
 
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(tr("ch11.error_model", got=inputs.describe(model)))
+    block = inputs.whole_number("block", block, 1)
     modules = [m for m in model.modules() if isinstance(m, SelfAttention)]
     for module in modules:
         config = module.config

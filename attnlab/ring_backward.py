@@ -160,7 +160,7 @@ class BackwardReport:
     forward_tiles: int
     backward_tiles: int
     trace: list = field(default_factory=list)  # (step, source of the K/V shard held)
-    received_requires_grad: bool = True  # what a tensor received by irecv knows about gradients
+    received_requires_grad: bool | None = True  # what a tensor received by irecv knows about gradients (None: P = 1)
     grads_match: bool = False  # dQ, dK, dV of this shard equal autograd of SDPA on the whole sequence
     out_matches: bool = False
     cpu_seconds: float = 0.0  # CPU time of this rank's process, start to report
@@ -178,7 +178,7 @@ def run_backward_jobs(jobs, group=None):
         stats = {}
         out = RingAttention.apply(q, k, v, positions, job.block, job.causal, group, stats)
         out.backward(do_all[..., mine, :])
-        probe = pass_tensors([k.detach()], group)[0]  # a received tensor: no history, no grad_fn
+        probe = pass_tensors([k.detach()], group)[0] if P > 1 else None  # a received tensor: no grad_fn (one rank receives nothing)
         ref = [x.clone().requires_grad_() for x in (q_all, k_all, v_all)]
         ref_out = F.scaled_dot_product_attention(*ref, is_causal=job.causal)
         ref_out.backward(do_all)
@@ -186,7 +186,8 @@ def run_backward_jobs(jobs, group=None):
         grads_match = all(torch.allclose(mine_t.grad, whole.grad[..., mine, :], **tol)
                           for mine_t, whole in zip((q, k, v), ref))
         reports.append(BackwardReport(job, rank, stats["forward_tiles"], stats["backward_tiles"], stats["trace"],
-                                      probe.requires_grad or probe.grad_fn is not None, grads_match,
+                                      None if probe is None else probe.requires_grad or probe.grad_fn is not None,
+                                      grads_match,
                                       torch.allclose(out, ref_out[..., mine, :], **tol), time.process_time()))
     dist.barrier(group)
     return reports
@@ -222,5 +223,7 @@ def run_ring_backward(jobs, P, timeout_s=120.0):
 
 def accumulator_route(P: int, source: int) -> list[int]:
     """The ranks the dK, dV accumulator of ``source``'s shard visits, then its owner again."""
+    P = inputs.whole_number("P", P, 1)
+    source = inputs.whole_number("source", source, 0, P - 1)
     return [(source + t) % P for t in range(P)] + ([source] if P > 1 else [])
 

@@ -382,7 +382,7 @@ def markdown(result: dict) -> str:
                      f"{spread(r['blocked_causal_over_full'])} | {mib(r['naive_peak_MiB'])} | "
                      f"{mib(r['sdpa_causal_peak_MiB'])} | {mib(r['blocked_causal_peak_MiB'])} |")
     lines += ["", "## Score FLOPs of blocked causal attention vs full", "",
-              "| T | block | tiles skipped / total | counted ratio | theory (T + B) / 2T |", "|---|---|---|---|---|"]
+              "| T | block | tiles skipped / total | counted ratio | theory (T + b) / 2T |", "|---|---|---|---|---|"]
     for r in result["attention"]:
         lines.append(f"| {r['T']} | {r['block']} | {r['tiles_skipped']} / {r['tiles_total']} | "
                      f"{r['flops_ratio_counted']:.4f} | {r['flops_ratio_theory']:.4f} |")

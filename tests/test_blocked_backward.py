@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from attnlab.attention import attention
 from attnlab.blocked_backward import (ByHand, attention_grads, blocked_attention_in, blocked_attention_train,
-                                      blocked_backward, blocked_forward, saved_bytes_formula, saved_tensors)
+                                      blocked_backward, blocked_forward, saved_bytes_formula, saved_tensors,
+                                      tile_mask)
 from attnlab.masks import causal_allowed
 from language_checks import assert_message_in_languages
 from small_models import small_gpt
@@ -128,3 +129,63 @@ def test_bad_inputs_get_clear_messages():
     with pytest.raises(ValueError, match="window=4"):
         with blocked_attention_in(model):
             pass
+
+
+def test_wrong_tensors_get_clear_messages_in_every_language():
+    q = torch.randn(1, 2, 6, 4)
+    out, lse, _ = blocked_forward(q, q, q, 4)
+    assert_message_in_languages(TypeError, lambda: blocked_forward(q.numpy(), q, q, 4),
+                                {"en": ["q", "torch tensor", "from_numpy"], "de": ["Torch-Tensor"], "zh": ["torch 张量"]})
+    assert_message_in_languages(TypeError, lambda: blocked_attention_train(q, q.double(), q.long()),
+                                {"en": ["k float64", "v int64", ".float()"], "de": ["Gleitkomma-Tensoren"],
+                                 "zh": ["浮点张量"]})
+    assert_message_in_languages(TypeError, lambda: blocked_forward(q, q, q, 4, "yes"),
+                                {"en": ["causal", "True or False", "'yes'"], "de": ["True oder False"], "zh": ["True 或 False"]})
+    assert_message_in_languages(ValueError, lambda: blocked_backward(q, q, q, out, lse, q[..., :5, :], 4),
+                                {"en": ["(1, 2, 6, 4)", "d_out (1, 2, 5, 4)", "blocked_forward"],
+                                 "de": ["blocked_forward"], "zh": ["blocked_forward"]})
+    assert_message_in_languages(ValueError, lambda: blocked_backward(q, q, q, out, lse[..., :-1], q, 4),
+                                {"en": ["lse (1, 2, 5)"]})
+    assert_message_in_languages(ValueError, lambda: blocked_backward(q, q, q, out, lse, q, 0),
+                                {"en": ["block", "at least 1"]})
+
+
+def test_the_taught_helpers_refuse_what_they_cannot_take():
+    q = torch.randn(1, 2, 6, 4)
+    assert_message_in_languages(ValueError, lambda: attention_grads(q, q, q, q, causal_allowed(6).float()),
+                                {"en": ["allowed", "bool", "(6, 6)", "float32"], "de": ["darf lesen"],
+                                 "zh": ["可以读取"]})
+    assert_message_in_languages(ValueError, lambda: attention_grads(q, q, q, q[..., :3]),
+                                {"en": ["d_out", "(1, 2, 6, 4)", "(1, 2, 6, 3)"], "de": ["eingehende Gradient"],
+                                 "zh": ["上游梯度"]})
+    assert_message_in_languages(ValueError, lambda: saved_tensors(attention, q, q, q, causal_allowed(6)),
+                                {"en": ["requires_grad=True"], "de": ["requires_grad=True"], "zh": ["requires_grad=True"]})
+    assert_message_in_languages(TypeError, lambda: saved_tensors(q, q), {"en": ["function first"]})
+    assert_message_in_languages(ValueError, lambda: saved_bytes_formula(-1, 2, 8, 4), {"en": ["B", "at least 1"]})
+    assert_message_in_languages(TypeError, lambda: saved_bytes_formula(1, 2, 8.5, 4), {"en": ["T", "whole number"]})
+    assert_message_in_languages(ValueError, lambda: tile_mask("upper", torch.arange(4), torch.arange(4), None),
+                                {"en": ["full", "diagonal", "'upper'"], "de": ["Kachel"], "zh": ["分块"]})
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        with blocked_attention_in("gpt"):
+            pass
+    with pytest.raises(ValueError, match="block"):
+        with blocked_attention_in(small_gpt(), block=0):
+            pass
+
+
+def test_odd_shapes_float64_and_non_contiguous_inputs_match_sdpa():
+    torch.manual_seed(0)
+    for dtype, T, block, d, d_v, transposed in [(torch.float64, 13, 5, 3, 3, False), (torch.float32, 9, 4, 1, 6, True)]:
+        shape = (1, T, 2, d) if transposed else (1, 2, T, d)
+        q, k = (torch.randn(*shape, dtype=dtype) for _ in range(2))
+        v = torch.randn(*shape[:-1], d_v, dtype=dtype)
+        if transposed:  # [B, T, H, d] -> [B, H, T, d]: a view, not contiguous
+            q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        q, k, v = (x.requires_grad_() if x.is_leaf else x.detach().requires_grad_() for x in (q, k, v))
+        d_out = torch.randn(1, 2, T, d_v, dtype=dtype)
+        blocked_attention_train(q, k, v, block).backward(d_out)
+        mine = [x.grad.clone() for x in (q, k, v)]
+        for x in (q, k, v):
+            x.grad = None
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(d_out)
+        assert mine[0].dtype == dtype and all(torch.allclose(a, x.grad, **TOL) for a, x in zip(mine, (q, k, v)))

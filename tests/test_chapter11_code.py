@@ -13,7 +13,7 @@ from attnlab.exercises import ch11
 from test_taught_code import defined_in, definition, notebook_cells, run_cells
 
 CHAPTER = "11-backward-pass"
-TAUGHT = [("attention_grads", blocked_backward), ("tile_grads", blocked_backward),
+TAUGHT = [("attention_grads", blocked_backward), ("ByHand", blocked_backward), ("tile_grads", blocked_backward),
           ("blocked_backward", blocked_backward), ("BlockedAttention", blocked_backward),
           ("ring_backward", ring_backward)]
 

@@ -44,3 +44,14 @@ def test_the_accumulator_of_a_shard_visits_every_rank_and_comes_home():
 def test_a_wrong_job_list_is_refused_clearly():
     assert_message_in_languages(TypeError, lambda: run_ring_backward([], 2),
                                 {"en": ["BackwardJob", "[]"], "de": ["BackwardJob", "nicht leere"]})
+
+
+def test_the_route_refuses_a_rank_outside_the_ring():
+    assert_message_in_languages(ValueError, lambda: accumulator_route(4, 7), {"en": ["source", "0", "3", "7"]})
+    assert_message_in_languages(TypeError, lambda: accumulator_route(2.0, 1), {"en": ["P", "whole number"]})
+
+
+def test_one_rank_runs_the_backward_alone():
+    [[report]] = run_ring_backward([BackwardJob(T=8, block=4)], 1)
+    assert report.grads_match and report.out_matches and report.received_requires_grad is None
+    assert report.forward_tiles == report.backward_tiles == 3

@@ -20,12 +20,12 @@ def _randn(generator, *shape):
 
 
 # --------------------------------------------------------------------------
-# 1. score_grad(p, dp, d_out, out): dS = P * (dP - D), D = rowsum(dO * O)
+# 1. score_grad(a, da, d_out, out): dS = A * (dA - D), D = rowsum(dO * O)
 
 
-def score_grad(p, dp, d_out, out):
+def score_grad(a, da, d_out, out):
     D = (d_out * out).sum(dim=-1, keepdim=True)
-    return p * (dp - D)
+    return a * (da - D)
 
 
 def _softmax_case(generator, B, T, d, masked):
