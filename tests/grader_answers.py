@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from attnlab.exercises import all_tasks
+from attnlab.multihead import merge_heads, split_heads
 
 TASKS = all_tasks()
 
@@ -635,31 +637,258 @@ def _padded_logits_with_pads(model, ids, pad):
     return torch.cat([torch.zeros_like(out[..., :1, :]), out], dim=-2)
 
 
+def _block_zero_fill(block, x):
+    """Blocks the future with 0 instead of -inf (a score of 0 still gets weight after the softmax)."""
+    attn = block.attn
+    h = block.norm_1(x)
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    T = x.size(1)
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+    weights = torch.softmax((q @ k.mT / math.sqrt(q.size(-1))).masked_fill(future, 0), dim=-1)
+    x = x + attn.out_proj(merge_heads(weights @ v))
+    return x + block.mlp(block.norm_2(x))
+
+
+def _block_scaled_by_width(block, x):
+    """Divides the scores by sqrt(D), the model's width, instead of the head size."""
+    attn = block.attn
+    h = block.norm_1(x)
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    T = x.size(1)
+    allowed = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(x.size(-1))).masked_fill(~allowed, float("-inf"))
+    x = x + attn.out_proj(merge_heads(scores.softmax(-1) @ v))
+    return x + block.mlp(block.norm_2(x))
+
+
+def _block_one_ahead(block, x):
+    """The mask written with j <= i + 1: each position also reads the next one."""
+    attn = block.attn
+    h = block.norm_1(x)
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    i = torch.arange(x.size(1), device=x.device)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(i[None, :] > i[:, None] + 1, float("-inf"))
+    x = x + attn.out_proj(merge_heads(scores.softmax(-1) @ v))
+    return x + block.mlp(block.norm_2(x))
+
+
+def _block_rewrite(block, x):
+    """Correct: einsum over [B, T, H, d] without split_heads, the mask from index comparisons in
+    torch.where, and a softmax written out."""
+    attn = block.attn
+    B, T, D = x.shape
+    H = attn.n_head
+    h = block.norm_1(x)
+    q, k, v = (proj(h).view(B, T, H, D // H) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    scores = torch.einsum("bthd,bshd->bhts", q, k) * (D // H) ** -0.5
+    t = torch.arange(T, device=x.device)
+    scores = torch.where(t[:, None] >= t[None, :], scores, float("-inf"))
+    e = (scores - scores.amax(dim=-1, keepdim=True)).exp()
+    mixed = torch.einsum("bhts,bshd->bthd", e / e.sum(dim=-1, keepdim=True), v).reshape(B, T, D)
+    x = x + attn.out_proj(mixed)
+    return x + block.mlp(block.norm_2(x))
+
+
+# ch9.pass_on runs as source text on real gloo processes: each answer is a plain function that
+# uses only torch and dist (what the ranks have).
+
+def _pass_on_into_k(k, v, group=None):
+    """Saves two buffers: sends copies of k and v and receives straight into k and v."""
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_out, v_out = k.clone(), v.clone()
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k_out, (rank + 1) % P, group), dist.P2POp(dist.isend, v_out, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k, (rank - 1) % P, group), dist.P2POp(dist.irecv, v, (rank - 1) % P, group)])
+    return k, v, requests
+
+
+def _pass_on_copies_back(k, v, group=None):
+    """Blocking calls (even ranks send first), then copies what arrived into k and v."""
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_in, v_in = torch.empty_like(k), torch.empty_like(v)
+    for sending in (rank % 2 == 0, rank % 2 == 1):
+        if sending:
+            dist.send(k, (rank + 1) % P, group)
+            dist.send(v, (rank + 1) % P, group)
+        else:
+            dist.recv(k_in, (rank - 1) % P, group)
+            dist.recv(v_in, (rank - 1) % P, group)
+    k.copy_(k_in)
+    v.copy_(v_in)
+    return k, v, []
+
+
+def _pass_on_cpu_buffers(k, v, group=None):
+    """The receive buffers made with torch.empty(shape): on the CPU (and float32) whatever k is."""
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty(k.shape), torch.empty(v.shape)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def _pass_on_rewrite(k, v, group=None):
+    """Correct: four separate isend/irecv calls, the buffers from new_empty, the requests as a list."""
+    me, world = dist.get_rank(group), dist.get_world_size(group)
+    send_to, receive_from = (me + 1) % world, (me - 1 + world) % world
+    k_in, v_in = k.new_empty(k.shape), v.new_empty(v.shape)
+    works = [dist.isend(k, send_to, group), dist.isend(v, send_to, group)]
+    works.append(dist.irecv(k_in, receive_from, group))
+    works.append(dist.irecv(v_in, receive_from, group))
+    return k_in, v_in, works
+
+
+def _padded_logits_unsliced(model, ids, pad):
+    """Pads and masks right, but returns the logits of every position, the padding's too."""
+    B, T = ids.shape
+    full = torch.cat([torch.zeros(B, pad, dtype=ids.dtype, device=ids.device), ids], dim=1)
+    mask = (torch.arange(pad + T, device=ids.device) >= pad).long().expand(B, -1)
+    model.eval()
+    return model(input_ids=full, attention_mask=mask).logits
+
+
+def _padded_logits_rewrite(model, ids, pad):
+    """Correct: torch.full and slice assignment, the mask from a comparison, the mode restored after."""
+    batch, length = ids.shape
+    padded = torch.full((batch, pad + length), 0, dtype=ids.dtype, device=ids.device)
+    padded[:, pad:] = ids
+    attention = (torch.arange(pad + length, device=ids.device) >= pad).long().repeat(batch, 1)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=padded, attention_mask=attention).logits
+    model.train(was_training)
+    return logits[:, -length:]
+
+
+def _leaky_models_rewrite(models, ids, atol=1e-5):
+    """Correct: positions 1 .. T-1 changed (another token: +7), all in one batch, the changes of
+    the earlier outputs in float64, the region picked by comparing indices."""
+    T = ids.shape[1]
+    changed_at = torch.arange(1, T)  # position 0 has nothing before it
+    earlier = torch.arange(T)[None, :] < changed_at[:, None]  # [T-1 sequences, T outputs]
+    result = []
+    for model in models:
+        probes = ids.repeat(T - 1, 1)
+        probes[changed_at - 1, changed_at] = (ids[0, 1:] + 7) % model.config.vocab_size
+        model.eval()
+        with torch.no_grad():
+            reference = model(input_ids=ids).logits.double()  # [1, T, V]
+            moved = model(input_ids=probes).logits.double()  # [T-1, T, V]
+        result.append(bool(((moved - reference).abs().amax(dim=-1)[earlier] > atol).any()))
+    return result
+
+
+def _score_grad_d_without_keepdim(p, dp, d_out, out):
+    D = (d_out * out).sum(dim=-1)  # [B, T]: lines up with the keys, not the queries
+    return p * (dp - D)
+
+
+def _score_grad_rows(p, dp, d_out, out):
+    """Correct: row by row, D of each query row as a dot product."""
+    ds = torch.empty_like(p)
+    for b in range(p.shape[0]):
+        for i in range(p.shape[1]):
+            ds[b, i] = p[b, i] * (dp[b, i] - torch.dot(d_out[b, i], out[b, i]))
+    return ds
+
+
+def _tile_lse_without_none(q, k, v, d_out, lse, D, blocked):
+    scale = q.size(-1) ** -0.5
+    p = torch.exp((q @ k.T * scale).masked_fill(blocked, float("-inf")) - lse)  # lse [bq] against [bq, bk]
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+
+def _tile_rewrite(q, k, v, d_out, lse, D, blocked):
+    """Correct: q scaled first, P from torch.where (0 where blocked), .mT and unsqueeze."""
+    scale = q.shape[-1] ** -0.5
+    q_scaled = q * scale
+    s = q_scaled @ k.mT
+    p = torch.where(blocked, torch.zeros_like(s), torch.exp(s - lse.unsqueeze(-1)))
+    ds = p * (d_out @ v.mT - D.unsqueeze(-1))
+    return ds @ k * scale, ds.mT @ q_scaled, p.mT @ d_out
+
+
 def _saved_bytes_in_bits(B, H, T, d, element_size):
-    return 8 * _ref("ch11.saved_bytes")(B, H, T, d, element_size)
+    explicit, blocked = _ref("ch11.saved_bytes")(B, H, T, d, element_size)
+    return 8 * explicit, 8 * blocked
+
+
+def _saved_bytes_rewrite(B, H, T, d, element_size):
+    """Correct: rows first, L's 4 bytes from torch.finfo, a list instead of a tuple."""
+    rows = B * H * T
+    lse_bytes = torch.finfo(torch.float32).bits // 8
+    return [rows * T * element_size, rows * d * element_size + rows * lse_bytes]
 
 
 def _backward_flops_without_factor_2(T, block, d):
     return _ref("ch11.backward_flops")(T, block, d) // 2
 
 
+def _backward_flops_diagonal_half(T, block, d):
+    """Counts a diagonal tile as half a tile: only its lower triangle is needed."""
+    total = 0
+    for i in range(0, T, block):
+        for j in range(0, i + 1, block):
+            tile = 10 * min(block, T - i) * min(block, T - j) * d
+            total += tile // 2 if i == j else tile
+    return total
+
+
+def _backward_flops_rewrite(T, block, d):
+    """Correct: the five products of each tile counted one by one, stopping at the diagonal."""
+    flops = 0
+    for q_start in range(0, T, block):
+        rows = min(block, T - q_start)
+        for k_start in range(0, T, block):
+            if k_start > q_start + rows - 1:
+                break  # above the diagonal: skipped
+            cols = min(block, T - k_start)
+            s, dv, dp, dq, dk = (2 * rows * cols * d,) * 5  # Q K^T, P^T dO, dO V^T, dS K, dS^T Q
+            flops += s + dv + dp + dq + dk
+    return flops
+
+
 WRONG.update({
     "ch4.causal_block": [("x edited in place", edits_input("ch4.causal_block"), I),
-                         ("peeks at the next position", _block_peeks_ahead, None)],
-    "ch9.pass_on": [("k edited in place", edits_input("ch9.pass_on"), None),
-                    ("a CPU tensor mixed in", cpu_tensor("ch9.pass_on"), None)],
+                         ("peeks at the next position", _block_peeks_ahead, M + "ch4.causal_block.reads_next"),
+                         ("mask j <= i + 1", _block_one_ahead, M + "ch4.causal_block.reads_next"),
+                         ("future filled with 0", _block_zero_fill, M + "ch4.causal_block.zero_fill"),
+                         ("scaled by sqrt(D)", _block_scaled_by_width, M + "ch4.causal_block.scale_model_size")],
+    "ch9.pass_on": [("receives into k and v", _pass_on_into_k, "grader.ch9.pass_on.edits_input"),
+                    ("copies the arrivals into k and v", _pass_on_copies_back, "grader.ch9.pass_on.edits_input"),
+                    ("buffers made on the CPU", _pass_on_cpu_buffers, "grader.ch9.pass_on.cpu_buffer")],
     "ch10.padded_logits": [("ids edited in place", edits_input("ch10.padded_logits"), I),
-                           ("logits of the padded positions left in", _padded_logits_with_pads, None)],
+                           ("logits of the padded positions left in", _padded_logits_with_pads,
+                            "grader.ch10.padded_logits.padding_rows"),
+                           ("every position returned", _padded_logits_unsliced, "grader.ch10.padded_logits.padding_rows")],
     "ch10.leaky_models": [("ids edited in place", edits_input("ch10.leaky_models"), I),
-                          ("every model called leaky", lambda models, ids, atol=1e-5: [True] * len(models), None)],
+                          ("every model called leaky", lambda models, ids, atol=1e-5: [True] * len(models),
+                           "grader.ch10.leaky_models.all_leaky")],
     "ch11.score_grad": [("dp edited in place", edits_input("ch11.score_grad"), I),
-                        ("a CPU tensor mixed in", cpu_tensor("ch11.score_grad"), D)],
+                        ("a CPU tensor mixed in", cpu_tensor("ch11.score_grad"), D),
+                        ("D summed without keepdim", _score_grad_d_without_keepdim, M + "ch11.score_grad.d_without_keepdim")],
     "ch11.tile_backward": [("q edited in place", edits_input("ch11.tile_backward"), I),
-                           ("a CPU tensor mixed in", cpu_tensor("ch11.tile_backward"), D)],
+                           ("a CPU tensor mixed in", cpu_tensor("ch11.tile_backward"), D),
+                           ("lse without [:, None]", _tile_lse_without_none, M + "ch11.tile_backward.lse_without_none")],
     "ch11.saved_bytes": [("example hard-coded", _hard_coded("ch11.saved_bytes", 1, 2, 64, 16, 4), "grader.hardcoded"),
-                         ("bits instead of bytes", _saved_bytes_in_bits, None)],
+                         ("bits instead of bytes", _saved_bytes_in_bits, M + "ch11.saved_bytes.bits_not_bytes"),
+                         ("8 * the tuple (repeats it)", lambda *args: 8 * _ref("ch11.saved_bytes")(*args), "grader.length")],
     "ch11.backward_flops": [("example hard-coded", _hard_coded("ch11.backward_flops", 64, 16, 16), "grader.hardcoded"),
-                            ("one FLOP per multiply-add", _backward_flops_without_factor_2, None)],
+                            ("one FLOP per multiply-add", _backward_flops_without_factor_2,
+                             M + "ch11.backward_flops.multiply_adds"),
+                            ("diagonal tiles counted as half", _backward_flops_diagonal_half,
+                             M + "ch11.backward_flops.diagonal_half")],
 })
-RIGHT.update({task_id: TASKS[task_id].alternatives[-1]  # a correct formulation other than the reference
-              for task_id in WRONG if task_id not in RIGHT})
+RIGHT.update({  # each written as another learner would, not one of the task's alternatives
+    "ch4.causal_block": _block_rewrite,
+    "ch9.pass_on": _pass_on_rewrite,
+    "ch10.padded_logits": _padded_logits_rewrite,
+    "ch10.leaky_models": _leaky_models_rewrite,
+    "ch11.score_grad": _score_grad_rows,
+    "ch11.tile_backward": _tile_rewrite,
+    "ch11.saved_bytes": _saved_bytes_rewrite,
+    "ch11.backward_flops": _backward_flops_rewrite,
+})

@@ -121,3 +121,22 @@ def test_the_optional_block_task_grades_by_the_causality_tests():
     assert grader.grade("ch4.causal_block", lambda block, x: block(x)).points == reference.total
     unscaled = grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants["no_scale"])
     assert all(f.problem.detail.key != "grader.ch4_block_leak" for f in unscaled.failures)  # causal, only wrong
+
+
+def test_the_block_task_sees_every_leaking_pair_so_a_mask_one_diagonal_too_wide_is_not_no_mask():
+    """assert_causal reports the first pair only, (0, 1) for every leaking block; the task keeps
+    every pair, so a block that also reads the next position is named for what it does."""
+    case = TASKS["ch4.causal_block"].make_cases()[0]
+    T = case.args[2].size(1)
+    _, leaks = TASKS["ch4.causal_block"].run(ch4.CAUSAL_BLOCK.mutants["reads_next"], case)
+    above = torch.ones(T, T, dtype=torch.bool).triu(1)
+    assert torch.equal(leaks[0], above & ~above.triu(2))  # output t moves with input t + 1 only
+    _, leaks = TASKS["ch4.causal_block"].run(ch4.CAUSAL_BLOCK.mutants["no_mask"], case)
+    assert torch.equal(leaks[0], above)  # with every later input
+
+    def peeks(block, x):  # the right block, plus a little of the next position through the residual stream
+        return ch4.causal_block(block, x) + 1e-3 * x.roll(-1, dims=1)
+
+    named = {k for f in grader.grade("ch4.causal_block", peeks).failures for k in f.problem.keys()}
+    assert "grader.mutant.ch4.causal_block.reads_next" in named
+    assert "grader.mutant.ch4.causal_block.no_mask" not in named

@@ -154,3 +154,22 @@ def test_a_deadlocked_pass_on_is_stopped_and_named_and_an_error_inside_a_rank_is
     assert i18n.tr("ch9.ex_deadlock", seconds=ch9.RING_TIMEOUT_S) in result.text()
     typo = grader.grade("ch9.pass_on", pass_on_with_a_typo)
     assert typo.points == 0 and "NameError: name 'k_nxt' is not defined" in typo.text()
+
+
+def pass_on_on_the_cpu(k, v, group=None):
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.zeros(k.shape, dtype=k.dtype), torch.zeros(v.shape, dtype=v.dtype)  # no device=
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def test_pass_on_buffers_on_the_cpu_are_found_without_a_gpu_and_nothing_else_is():
+    """pass_on runs once in the grader's process with k, v on meta and a stand-in for torch.distributed:
+    a buffer made without device= shows there; the right ways (empty_like, new_empty, blocking calls,
+    receives first), a deadlock and a typo do not."""
+    assert ch9._cpu_buffers(pass_on_on_the_cpu)
+    for fn in (ch9.pass_on, *ch9.PASS_ON.alternatives, *ch9.PASS_ON.mutants.values(), blocking_pass_on,
+               pass_on_with_a_typo):
+        assert not ch9._cpu_buffers(fn), fn.__name__

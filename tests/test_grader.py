@@ -131,6 +131,9 @@ COINCIDENCES = {
     # a window hard-coded to the example's W = 3 is one key too many at W = 2, one too few at W = 4
     ("ch8.sliding_window_mask", frozenset({"window_ignored", "off_by_one"})): lambda case: case.args[1] == 2,
     ("ch8.sliding_window_mask", frozenset({"window_ignored", "window_too_small"})): lambda case: case.args[1] == 4,
+    # with n equal tiles per row, half of each diagonal tile leaves n / (n + 1) of the tiles: at n = 4 that is
+    # the 4 of 5 products of forgetting the recomputed S; the ragged cases tell them apart
+    ("ch11.backward_flops", frozenset({"no_recompute", "diagonal_half"})): lambda case: case.args[:2] == (16, 4),
 }
 
 
@@ -535,3 +538,18 @@ def test_every_solution_notebook_shows_full_marks_for_every_task(exercise, lang)
         assert "✓ " + i18n.tr("grader.score", lang=lang, task=grader.task_title(task_id, lang), points=n, total=n) in text
     assert "✗" not in text
     assert i18n.tr("grader.total", lang=lang, points=points, total=points) in text
+
+
+def test_a_mistake_the_tasks_own_judge_names_is_not_also_called_hard_coded():
+    """A task's call/compare may name a mistake (grader.<task id>.<name>, e.g. exercise 9's pass_on
+    editing k in place): the same output on every case is then that mistake, not a fixed answer."""
+    from attnlab.grader.judge import Grader
+
+    def task(compare):
+        return grader.Task(id="test.own_judge", exercise="00-test", reference=lambda n: n, compare=compare,
+                           cases=lambda generator: [grader.Case((n,), label=f"n={n}") for n in (1, 2, 3)])
+
+    named = task(lambda expected, got: None if got == expected else grader.Problem("grader.test.own_judge.zero"))
+    assert {f.problem.key for f in Grader(named, lambda n: 0, 5.0).grade().failures} == {"grader.test.own_judge.zero"}
+    plain = task(None)
+    assert {f.problem.key for f in Grader(plain, lambda n: 0, 5.0).grade().failures} == {"grader.hardcoded"}

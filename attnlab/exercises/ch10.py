@@ -12,7 +12,7 @@ import torch
 
 from ..audit import register_leaky_attention, require_transformers, tiny_model
 from ..causality import eval_mode
-from ..grader import Case, Task
+from ..grader import Case, Problem, Task, compare_outputs
 
 EXERCISE = "10-auditing-a-real-model"
 ATOL = 1e-5
@@ -125,8 +125,18 @@ def _adapter_bool_mask(model, ids, pad):
         return model(input_ids=full, attention_mask=keep.long()).logits[:, pad:]
 
 
+def _compare_logits(expected, got):
+    """As the default comparison; more positions than real tokens are named: padding positions kept."""
+    if (isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor) and got.dim() == expected.dim() == 3
+            and got.shape[::2] == expected.shape[::2] and got.size(1) > expected.size(1)):
+        return Problem("grader.ch10.padded_logits.padding_rows", {"got": got.size(1), "expected": expected.size(1)},
+                       detail=compare_outputs(expected, got))
+    return compare_outputs(expected, got)
+
+
 PADDED_LOGITS = Task(
     id="ch10.padded_logits", exercise=EXERCISE, reference=padded_logits, cases=adapter_cases, call=_call_adapter,
+    compare=_compare_logits,
     mutants={
         "wrong_side": _adapter_mutant(side="right"),
         "no_attention_mask": _adapter_mutant(mask="none"),
@@ -237,8 +247,19 @@ def _lineup_one_at_a_time(models, ids, atol=ATOL):
     return flags
 
 
+def _compare_flags(expected, got):
+    """As the default comparison; every model called leaky, the causal ones too, is named as such."""
+    problem = compare_outputs(expected, got)
+    if (problem is not None and isinstance(got, (list, tuple)) and len(got) == len(expected) and not all(expected)
+            and all(flag is True or (isinstance(flag, torch.Tensor) and flag.numel() == 1 and bool(flag))
+                    for flag in got)):
+        return Problem("grader.ch10.leaky_models.all_leaky", {"n": len(got)}, detail=problem)
+    return problem
+
+
 LEAKY_MODELS = Task(
     id="ch10.leaky_models", exercise=EXERCISE, reference=leaky_models, cases=lineup_cases, call=_call_lineup,
+    compare=_compare_flags,
     mutants={
         "compares_after_change": _lineup_mutant(positions="after"),
         "loose_tolerance": _lineup_mutant(atol_used=1e-2),

@@ -51,6 +51,8 @@ SCORE_GRAD = Task(
         "forgets_p": lambda p, dp, d_out, out: dp - (d_out * out).sum(dim=-1, keepdim=True),
         "d_outside": lambda p, dp, d_out, out: p * dp - (d_out * out).sum(dim=-1, keepdim=True),
         "d_over_queries": lambda p, dp, d_out, out: p * (dp - (p * dp).sum(dim=-2, keepdim=True)),
+        # D of shape [B, T] lines up with the keys (what dp - D does at B = 1; at B > 1 it raises)
+        "d_without_keepdim": lambda p, dp, d_out, out: p * (dp - (d_out * out).sum(dim=-1)[:, None, :]),
     },
     alternatives=[
         lambda p, dp, d_out, out: p * (dp - (p * dp).sum(dim=-1, keepdim=True)),  # rowsum(P * dP) = rowsum(dO * O)
@@ -104,6 +106,14 @@ def _tile_with_softmax(q, k, v, d_out, lse, D, blocked):
         torch.einsum("qk,qd->kd", p, d_out)
 
 
+def _lse_by_key(q, k, v, d_out, lse, D, blocked):
+    """lse subtracted without [:, None]: on a square tile it broadcasts along the keys, L of query j at column j."""
+    scale = 1 / math.sqrt(q.size(-1))
+    p = torch.exp((q @ k.T * scale).masked_fill(blocked, float("-inf")) - lse)
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+
 TILE_BACKWARD = Task(
     id="ch11.tile_backward", exercise=EXERCISE, reference=tile_backward, cases=tile_cases,
     mutants={
@@ -118,6 +128,7 @@ TILE_BACKWARD = Task(
         "softmax_of_tile": lambda q, k, v, d_out, lse, D, blocked: tile_backward(
             q, k, v, d_out, (q @ k.T / math.sqrt(q.size(-1))).masked_fill(blocked, float("-inf")).logsumexp(-1),
             D, blocked),
+        "lse_without_none": _lse_by_key,
     },
     alternatives=[_tile_with_softmax],
 )
@@ -144,6 +155,7 @@ SAVED_BYTES = Task(
         "lse_per_tile_entry": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * d * s + B * H * T * T * 4),
         "elements_not_bytes": lambda B, H, T, d, s: (B * H * T * T, B * H * T * d + B * H * T),
         "lse_in_input_dtype": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * (d + 1) * s),
+        "bits_not_bytes": lambda B, H, T, d, s: (8 * B * H * T * T * s, 8 * (B * H * T * d * s + B * H * T * 4)),
     },
     alternatives=[
         lambda B, H, T, d, s: (math.prod((B, H, T, T)) * s, math.prod((B, H, T)) * (d * s + 4)),
@@ -176,14 +188,15 @@ def flop_cases(generator):
     return [Case((T, block, d), label=f"T={T}, block={block}, d={d}") for T, block, d in FLOP_SIZES]
 
 
-def _flops(T, block, d, products=5, skip=True, square=False):
+def _flops(T, block, d, products=5, skip=True, square=False, per_product=2, diagonal_half=False):
     n = math.ceil(T / block)
     total = 0
     for i in range(n):
         for j in range(n if not skip else i + 1):
             rows = block if square else min(block, T - i * block)
             cols = block if square else min(block, T - j * block)
-            total += products * 2 * rows * cols * d
+            flops = products * per_product * rows * cols * d
+            total += flops // 2 if diagonal_half and i == j else flops
     return total
 
 
@@ -194,6 +207,8 @@ BACKWARD_FLOPS = Task(
         "forward_flops": lambda T, b, d: _flops(T, b, d, products=2),
         "no_recompute": lambda T, b, d: _flops(T, b, d, products=4),
         "square_tiles": lambda T, b, d: _flops(T, b, d, square=True),
+        "multiply_adds": lambda T, b, d: _flops(T, b, d, per_product=1),
+        "diagonal_half": lambda T, b, d: _flops(T, b, d, diagonal_half=True),
     },
     alternatives=[
         _flops,

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..causality import CausalityError, assert_causal
+from ..causality import cut_map, dependence_map, first_leak
 from ..gpt import GPT, GPTConfig, pick_next
 from ..grader import Case, Problem, Task, compare_outputs
 from ..multihead import merge_heads, split_heads
@@ -297,26 +297,31 @@ def block_cases(generator):
 
 
 def _call_block(fn, config, state, x, idx):
-    """The learner's block on x, and the first leak that assert_causal finds in a GPT whose
-    every block runs the learner's function ([-1, -1]: none)."""
+    """The learner's block on x, and the leaks that the course's assert_causal looks for in a GPT
+    whose every block runs the learner's function: [2, T, T] bool, entry [test, t, s] = output t
+    moves with the later input s (test 0: the prefix test, 1: the cut test). Every leaking pair,
+    not only the first: which ones leak tells the mistakes apart (all later inputs: no mask;
+    only the next one: a mask one position too wide)."""
     blocks = build_gpt(config, state, x.device).blocks  # what the learner's function is handed
     out = fn(blocks[0], x)
     model = build_gpt(config, state, x.device)  # its blocks run the learner's function on `blocks`
     for own, block in zip(model.blocks, blocks):
         own.forward = lambda h, cache=None, block=block: fn(block, h)
-    try:
-        assert_causal(model, idx)
-        leak = torch.tensor([-1, -1])
-    except CausalityError as error:
-        leak = torch.tensor([error.t, error.s])
-    return out, leak
+    T = idx.size(-1)
+    future = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
+    maps = (dependence_map(model, idx), cut_map(model, idx))  # what assert_causal(model, idx) computes
+    return out, torch.stack([(leak_map.cpu() > BLOCK_ATOL) & future for leak_map in maps])
+
+
+BLOCK_ATOL = 1e-5  # assert_causal's default
 
 
 def _compare_block(expected, got):
-    (expected_out, expected_leak), (got_out, got_leak) = expected, got
-    if not torch.equal(expected_leak, got_leak):
-        if int(got_leak[0]) >= 0:
-            return Problem("grader.ch4_block_leak", {"t": int(got_leak[0]), "s": int(got_leak[1])})
+    (expected_out, expected_leaks), (got_out, got_leaks) = expected, got
+    if not torch.equal(expected_leaks, got_leaks):
+        leak = first_leak(got_leaks[0].float()) or first_leak(got_leaks[1].float())  # the pair assert_causal names
+        if leak is not None:
+            return Problem("grader.ch4_block_leak", {"t": leak[0], "s": leak[1]})
         return Problem("grader.ch4_block_no_leak")
     return compare_outputs(expected_out, got_out)
 
@@ -326,10 +331,12 @@ def _block_mutant(mask="causal", scale=True, softmax_dim=-1, transpose=True, res
         attn = block.attn
         h = block.norm_1(x)
         q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale else 1.0)
+        size = {True: q.size(-1), False: 1.0, "model": x.size(-1)}[scale]  # "model": sqrt(D), not the head's d
+        scores = q @ k.transpose(-2, -1) / math.sqrt(size)
         T = x.size(1)
-        if mask == "causal":
-            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(), float("-inf"))
+        if mask in ("causal", "next", "zero"):
+            allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(diagonal=1 if mask == "next" else 0)
+            scores = scores.masked_fill(~allowed, 0.0 if mask == "zero" else float("-inf"))
         out = scores.softmax(dim=softmax_dim) @ v  # [B, H, T, d]
         merged = merge_heads(out) if transpose else out.reshape(x.shape)
         a = attn.out_proj(merged)
@@ -381,6 +388,9 @@ CAUSAL_BLOCK = Task(
         "softmax_over_queries": _block_mutant(softmax_dim=-2),
         "merge_without_transpose": _block_mutant(transpose=False),
         "no_residual": _block_mutant(residual=False),
+        "reads_next": _block_mutant(mask="next"),
+        "zero_fill": _block_mutant(mask="zero"),
+        "scale_model_size": _block_mutant(scale="model"),
     },
     alternatives=[_sdpa_block, _loop_block, _additive_block, lambda block, x: block(x)],
 )

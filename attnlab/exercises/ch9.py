@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ..blocked import OnlineSoftmax, tile_kind
-from ..grader import Case, Task
+from ..grader import Case, Problem, Task, compare_outputs
 from ..i18n import tr
 from ..ring import expected_tiles, ring_schedule
 from ..ring import shard_positions as course_shard_positions
@@ -387,20 +387,106 @@ def ring_cases(generator):
             for P, layout, causal, seed in RING_CASES]
 
 
+EDITED_MARK = "attnlab.grader: pass_on edited k or v in place"
+
+
+def _watched_pass_on(k, v, group=None):
+    """The learner's pass_on (``_learner_pass_on`` on the ranks), watched: once its requests are
+    done, the caller's k and v must be what they were (this step still computes with them)."""
+    k_before, v_before = k.clone(), v.clone()
+    k_next, v_next, requests = _learner_pass_on(k, v, group)  # noqa: F821 - defined on the ranks
+    for request in requests:
+        request.wait()
+    if not (torch.equal(k, k_before) and torch.equal(v, v_before)):
+        raise RuntimeError("attnlab.grader: pass_on edited k or v in place")
+    return k_next, v_next, []  # waited for here (a gloo request waited on twice never returns)
+
+
+class _Done:
+    """A request that has finished (what the stand-in for torch.distributed hands back)."""
+
+    def wait(self, *args, **kwargs):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+class _OneRank:
+    """A stand-in for ``torch.distributed`` on rank 0 of 2, moving nothing: it records the
+    devices of the tensors the learner's pass_on sends and receives."""
+
+    def __init__(self):
+        self.devices = []
+
+    def __getattr__(self, name):
+        return getattr(dist, name)
+
+    def get_rank(self, group=None):
+        return 0
+
+    def get_world_size(self, group=None):
+        return 2
+
+    def P2POp(self, op, tensor, peer=None, group=None, tag=0, **kwargs):  # noqa: N802 - dist's name
+        return (op, tensor)
+
+    def _use(self, tensor, *args, **kwargs):
+        self.devices.append(tensor.device.type)
+        return _Done()
+
+    isend = irecv = _use
+
+    def send(self, tensor, *args, **kwargs):
+        self.devices.append(tensor.device.type)
+
+    def recv(self, tensor, *args, **kwargs):
+        self.devices.append(tensor.device.type)
+        return 1
+
+    def batch_isend_irecv(self, ops):
+        return [op(tensor) for op, tensor in ops]
+
+
+def _cpu_buffers(fn) -> bool:
+    """Does ``fn`` make its buffers on the CPU? Its source runs once here, with k and v on the meta
+    device and a stand-in for torch.distributed: on GPUs (NCCL) a CPU tensor cannot be sent or
+    received. What cannot run this way (a typo, values read) says nothing: the ring shows it."""
+    from .. import ring
+    from ..ring import code_of
+
+    try:
+        namespace = dict(vars(ring), dist=_OneRank())
+        exec(compile(code_of({"pass_on": fn}), "<pass_on>", "exec"), namespace)  # noqa: S102 - the learner's code
+        k, v = torch.empty(1, 1, 6, 4, device="meta"), torch.empty(1, 1, 6, 4, device="meta")
+        k_next, v_next, requests = namespace["pass_on"](k, v, None)
+        used = namespace["dist"].devices + [t.device.type for t in (k_next, v_next) if isinstance(t, torch.Tensor)]
+    except Exception:  # noqa: BLE001
+        return False
+    return any(device != "meta" for device in used)
+
+
 def _on_the_ring(fn, P, layout, causal, seed):
     """Run the course's ring_attention with ``fn`` as its pass_on on P gloo processes; return
-    the attention output of the whole sequence [1, 1, T, d], assembled from every rank."""
+    the attention output of the whole sequence [1, 1, T, d], assembled from every rank, and
+    what the ring saw besides: ``tensor([k or v edited in place, buffers made on the CPU])``."""
     from ..ring import RingJob, RingTimeout, run_ring
     from ..ring import shard_positions as positions_of
 
     _warm_up()
     T = 24
+    flags = torch.tensor([0, int(_cpu_buffers(fn))])
+    out = torch.full((1, 1, T, 4), float("nan"))
     job = RingJob(T=T, layout=layout, causal=causal, block=2, heads=1, d=4, check=False, keep_output=True, seed=seed)
     try:
-        result = run_ring([job], P, code={"pass_on": fn}, timeout_s=RING_TIMEOUT_S)[0]
+        result = run_ring([job], P, code={"_learner_pass_on": fn, "pass_on": _watched_pass_on},
+                          timeout_s=RING_TIMEOUT_S)[0]
     except RingTimeout:
         raise RuntimeError(tr("ch9.ex_deadlock", seconds=RING_TIMEOUT_S)) from None
     except RuntimeError as error:  # a rank failed: its traceback ends with the learner's own error
+        if EDITED_MARK in str(error):
+            flags[0] = 1
+            return out, flags
         lines = [line for line in str(error).strip().splitlines() if line.strip()]
         last = lines[-1] if lines else str(error)
         name, _, message = last.partition(": ")
@@ -408,10 +494,23 @@ def _on_the_ring(fn, P, layout, causal, seed):
         if isinstance(kind, type) and issubclass(kind, Exception):  # the same type here (NotImplementedError: a stub)
             raise kind(message) from None
         raise RuntimeError(last) from None
-    out = torch.zeros(1, 1, T, 4)
     for rank, report in enumerate(result.ranks):
         out[..., positions_of(T, P, layout)[rank], :] = torch.tensor(report.output)
-    return out
+    return out, flags
+
+
+def _compare_ring(expected, got):
+    """The output, and what the ring saw besides (k or v edited in place, buffers on the CPU)."""
+    (expected_out, expected_flags), (got_out, got_flags) = expected, got
+    problems = [Problem(key) for key, flag in zip(("grader.ch9.pass_on.edits_input", "grader.ch9.pass_on.cpu_buffer"),
+                                                  got_flags.tolist()) if flag]
+    if not got_flags[0]:  # edited: the ring stopped, there is no output to compare
+        values = compare_outputs(expected_out, got_out)
+        if values is not None:
+            problems.append(values)
+    if not problems:
+        return None
+    return Problem(problems[0].key, problems[0].params, problems[0].detail, problems[1:])
 
 
 def wrong_direction(k, v, group=None):
@@ -469,7 +568,7 @@ PASS_ON = Task(
     id="ch9.pass_on", exercise=EXERCISE, reference=pass_on, cases=ring_cases,
     mutants={"wrong_direction": wrong_direction, "k_and_v_swapped": k_and_v_swapped, "keeps_its_own": keeps_its_own},
     alternatives=[receives_first, taking_turns],
-    call=_on_the_ring,
+    call=_on_the_ring, compare=_compare_ring,
 )
 
 TASKS = [SHARD_POSITIONS, TILES_PER_STEP, FOLD_BLOCK, PASS_ON]

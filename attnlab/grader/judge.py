@@ -321,9 +321,11 @@ class Grader:
             if names:
                 best = max(names, key=lambda name: (counts[name], -order[name]))
                 problems[i] = Problem(f"grader.mutant.{task.id}.{best}", detail=problems[i])
-        # Hard-coded: the same answer as on another case whose expected answer differs.
+        # Hard-coded: the same answer as on another case whose expected answer differs (not where the
+        # mistake is named already: by a mutant, or by the task's own judge, grader.<task id>.<name>).
+        named = ("grader.mutant.", f"grader.{task.id}.")
         for i, problem in enumerate(problems):
-            if problem is None or problem.key.startswith("grader.mutant.") or cases[i].judge is not None:
+            if problem is None or problem.key.startswith(named) or cases[i].judge is not None:
                 continue
             if outputs[i] is None:
                 continue
