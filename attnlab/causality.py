@@ -230,7 +230,7 @@ def _checked_jacobian_map(model, idx: torch.Tensor, embedding: nn.Module | None,
     if not isinstance(embedding, nn.Module):
         raise TypeError(tr("ch5.bad_embedding", got=describe(embedding)))
     calls = []
-    handle = embedding.register_forward_hook(lambda module, args, output: calls.append(1))
+    handle = embedding.register_forward_hook(lambda module, args, output: calls.append(output))
     try:
         with eval_mode(model), torch.no_grad():
             logits_of(model, idx)
@@ -238,6 +238,11 @@ def _checked_jacobian_map(model, idx: torch.Tensor, embedding: nn.Module | None,
         handle.remove()
     if not calls:
         raise ValueError(tr("ch5.embedding_unused", got=type(embedding).__name__))
+    out = calls[0]
+    if not isinstance(out, torch.Tensor) or out.dim() != 3 or tuple(out.shape[:2]) != tuple(idx.shape):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else describe(out)
+        raise ValueError(tr("error.embedding_shape", name=type(embedding).__name__, idx=tuple(idx.shape),
+                            T=idx.size(1), got=got))
     jac = jacobian_map(model, idx, embedding, seed)
     if not bool(torch.diagonal(jac).any()):
         raise ValueError(tr("ch5.embedding_unused", got=type(embedding).__name__))

@@ -43,6 +43,9 @@ def loss_curves_figure(causal: Sequence[float], unmasked: Sequence[float], hones
     """Training loss per step of the causal and the unmasked model (thin: every step;
     thick: moving average), and, dashed, the unmasked model's loss when it must
     predict without the answer (``honest``)."""
+    causal, unmasked = _losses("causal", causal), _losses("unmasked", unmasked)
+    if len(causal) != len(unmasked):
+        raise ValueError(tr("error.loss_curves_length", causal=len(causal), unmasked=len(unmasked)))
     fig = Figure(figsize=(7.0, 3.8), layout="constrained")
     ax = fig.add_subplot()
     steps = np.arange(1, len(causal) + 1)
@@ -61,6 +64,16 @@ def loss_curves_figure(causal: Sequence[float], unmasked: Sequence[float], hones
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8.5, loc="lower left")
     return fig
+
+
+def _losses(name: str, values) -> list[float]:
+    """One loss per training step (a list of numbers or a 1-D tensor), or a clear error."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist() if values.dim() == 1 else values
+    if (isinstance(values, (str, bytes)) or not isinstance(values, Sequence)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+        raise TypeError(tr("error.loss_curves_values", name=name, got=describe(values)))
+    return [float(v) for v in values]
 
 
 MAP_RECT = (0.16, 0.16, 0.66, 0.66)  # axes [left, bottom, width, height]: one fixed layout for every frame
@@ -107,13 +120,30 @@ MAP_FUNCTIONS = {"prefix": dependence_map, "cut": cut_map, "jacobian": jacobian_
 TOLERANCE = {"prefix": 1e-5, "cut": 1e-5, "jacobian": 0.0}
 
 
+def _checked_map(test, leak_map) -> torch.Tensor:
+    """``test`` one of TESTS and ``leak_map`` a square [T, T] tensor, or a clear error."""
+    if test not in TESTS:
+        raise ValueError(tr("error.leak_test", tests=", ".join(TESTS), got=describe(test)))
+    if not isinstance(leak_map, torch.Tensor) or leak_map.dim() != 2 or leak_map.size(0) != leak_map.size(1):
+        raise ValueError(tr("error.leak_map", test=test, got=describe(leak_map)))
+    return leak_map
+
+
 def verdict(test: str, leak_map: torch.Tensor) -> str:
     """One line: which test, and its first leak or that it found none."""
-    leak = first_leak(leak_map, TOLERANCE[test])
+    leak = first_leak(_checked_map(test, leak_map), TOLERANCE[test])
     name = tr(f"ch5.test_{test}")
     if leak is None:
         return tr("ch5.verdict_causal", test=name)
     return tr("ch5.verdict_leak", test=name, t=leak[0], s=leak[1])
+
+
+def leaks_line(leaks: Mapping[str, tuple[int, int] | None]) -> str:
+    """What :func:`attnlab.causality.find_leaks` found, in one line of the reader's language:
+    every test and the first leaking pair (t, s) it found, ``-`` where it found none."""
+    if not isinstance(leaks, Mapping) or set(leaks) != set(TESTS):
+        raise ValueError(tr("error.leaks_line", tests=", ".join(TESTS), got=describe(leaks)))
+    return tr("ch5.leaks_line", **{test: str(leaks[test]) if leaks[test] is not None else "-" for test in TESTS})
 
 
 def _width(text: str) -> int:
@@ -124,6 +154,10 @@ def _width(text: str) -> int:
 def leak_table(maps: Mapping[str, Mapping[str, torch.Tensor]]) -> str:
     """A text table of ``{model label: {test: map}}``: one row per model, one column per
     test; ``-`` means the test found nothing, ``(t, s)`` is the first leak it found."""
+    if not isinstance(maps, Mapping) or not maps or not all(
+            isinstance(per_test, Mapping) and set(TESTS) <= set(per_test) for per_test in maps.values()):
+        raise ValueError(tr("error.leak_table", tests=", ".join(TESTS), got=describe(maps)))
+    maps = {label: {test: _checked_map(test, per_test[test]) for test in TESTS} for label, per_test in maps.items()}
     header = [""] + [tr(f"ch5.test_{test}") for test in TESTS]
     rows = [header] + [[label] + [str(first_leak(per_test[test], TOLERANCE[test]) or "-") for test in TESTS]
                        for label, per_test in maps.items()]

@@ -247,16 +247,19 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """tokens [B, T] -> logits [B, T, V] (and the mean cross-entropy if targets are given)."""
+    """tokens [B, T] -> logits [B, T, V] (and the mean cross-entropy if targets are given).
 
-    def __init__(self, config: GPTConfig):
+    ``block`` is the class of the transformer blocks (chapter 4 passes the ``Block`` its
+    notebook shows, so that the model it trains runs that code)."""
+
+    def __init__(self, config: GPTConfig, block: type[nn.Module] = Block):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)  # [V, D]
         self.position_embedding = (nn.Embedding(config.block_size, config.n_embd)  # [block_size, D]
                                    if config.positions == "learned" else None)  # RoPE: no position vectors
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
+        self.blocks = nn.ModuleList(block(config, layer) for layer in range(config.n_layer))
         self.norm_f = make_norm(config)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.head.weight = self.token_embedding.weight  # tied: one [V, D] matrix reads and writes tokens
@@ -299,6 +302,9 @@ class GPT(nn.Module):
             dtype = self.token_embedding.weight.dtype
             if getattr(cache, "k", None) is not None and cache.k.dtype != dtype:
                 raise ValueError(tr("error.cache_dtype", cache=cache.k.dtype, model=dtype))
+            device = self.token_embedding.weight.device
+            if getattr(cache, "k", None) is not None and cache.k.device != device:
+                raise ValueError(tr("error.cache_device", cache=str(cache.k.device), model=str(device)))
         start = cache.pos if cache is not None else 0  # a decoded token keeps its place in the sequence
         if start + T > self.config.block_size and self.position_embedding is not None:  # RoPE: no table that ends
             raise ValueError(tr("error.block_size", first=start, last=start + T - 1,
@@ -342,9 +348,14 @@ class GPT(nn.Module):
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
             raise ValueError(tr("error.temperature", got=describe(temperature)))
         T_total = idx.size(1) + max_new_tokens
-        if T_total > self.config.block_size and (use_cache or self.position_embedding is not None):
-            key = "error.block_size" if self.position_embedding is not None else "error.block_size_rope"
-            raise ValueError(tr(key, first=0, last=T_total - 1, block_size=self.config.block_size))
+        if T_total > self.config.block_size and self.position_embedding is not None:
+            if idx.size(1) >= self.config.block_size:  # the prompt alone fills the position table
+                raise ValueError(tr("error.block_size", first=0, last=T_total - 1, block_size=self.config.block_size))
+            raise ValueError(tr("error.generate_block_size", prompt=idx.size(1), new=max_new_tokens,
+                                last=T_total - 1, block_size=self.config.block_size,
+                                room=self.config.block_size - idx.size(1)))
+        if T_total > self.config.block_size and use_cache:
+            raise ValueError(tr("error.block_size_rope", first=0, last=T_total - 1, block_size=self.config.block_size))
         if max_new_tokens == 0:
             return idx
         cache = KVCache(self.config, idx.size(0), T_total - 1, device=idx.device,

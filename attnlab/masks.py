@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from .i18n import tr
+from .inputs import whole_number
+
 
 def causal_allowed(T: int, device: torch.device | str | None = None) -> torch.Tensor:
     """[T, T] bool, True on and below the diagonal: query t may read keys 0..t."""
@@ -33,6 +36,9 @@ def causal_allowed_from_indices(T_q: int, T_kv: int, device=None) -> torch.Tenso
     T_q < T_kv (new tokens on top of a cache) the diagonal sits in the
     lower-right corner. With T_q == T_kv it equals :func:`causal_allowed`.
     """
+    T_q, T_kv = whole_number("T_q", T_q, low=0), whole_number("T_kv", T_kv, low=0)
+    if T_q > T_kv:  # the queries are the last T_q of T_kv positions: at most all of them
+        raise ValueError(tr("error.more_queries_than_keys", T_q=T_q, T_kv=T_kv))
     q_idx = torch.arange(T_kv - T_q, T_kv, device=device)[:, None]  # [T_q, 1]
     kv_idx = torch.arange(T_kv, device=device)[None, :]  # [1, T_kv]
     return kv_idx <= q_idx  # [T_q, T_kv]

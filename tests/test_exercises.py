@@ -174,3 +174,19 @@ def test_the_installed_package_carries_the_graded_tasks():
     found = {p.parent.relative_to(notebooks.ROOT).as_posix().replace("/", ".")
              for p in (notebooks.ROOT / "attnlab").rglob("__init__.py")}
     assert found <= packages
+
+
+PREDICT = re.compile(r"^(\*\*)?(Predict first:|Überleg zuerst:|先预测一下：)")
+ANSWER = re.compile(r"^```\{dropdown\} (Answer|Antwort|答案)$")
+
+
+@pytest.mark.parametrize("number", ["04", "06"])
+def test_every_predict_first_prompt_of_exercises_4_and_6_has_its_answer(number):
+    """A 'predict first' paragraph is followed by an Answer dropdown, in every language."""
+    source = next(s.path for s in EXERCISES if s.path.name.startswith(number))
+    lines = source.read_text(encoding="utf-8").splitlines()
+    prompts = [n for n, line in enumerate(lines) if PREDICT.match(line)]
+    assert len(prompts) >= 2 * len(LANGS) and len(prompts) % len(LANGS) == 0, prompts
+    for n in prompts:
+        following = next(line for line in lines[n + 1:] if line.strip())
+        assert ANSWER.match(following), (source.name, n + 1, lines[n])

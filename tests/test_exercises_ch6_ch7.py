@@ -91,3 +91,15 @@ def test_the_memory_task_counts_key_value_heads():
     result = grader.grade("ch6.kv_cache_bytes", with_query_heads)
     assert result.points == result.total - len(shared)
     assert keys(result) == {"grader.mutant.ch6.kv_cache_bytes.query_heads"}
+
+
+def test_a_causal_bias_answer_to_the_decode_mask_is_named_in_every_language():
+    """causal_lower_right (chapter 6) returns a CausalBias, whose shape is not the mask's."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    result = grader.grade("ch6.decode_mask", lambda T_q, T_kv: causal_lower_right(T_q, T_kv))
+    assert result.points == 0 and keys(result) == {"grader.causal_bias"}, result.text()
+    for lang in i18n.LANGUAGES:
+        assert i18n.tr("grader.causal_bias", lang=lang) in result.text(lang)
+    materialized = grader.grade("ch6.decode_mask", lambda T_q, T_kv: causal_lower_right(T_q, T_kv)._materialize())
+    assert materialized.passed

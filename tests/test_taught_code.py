@@ -183,6 +183,38 @@ def test_the_chapter_4_block_attention_and_step_compute_what_the_package_compute
     assert all(torch.equal(a, b) for a, b in zip(models[0].state_dict().values(), models[1].state_dict().values()))
 
 
+def test_chapter_4_trains_the_block_and_the_attend_it_shows():
+    """Editing the shown Block or attend changes the training (no display-only cells, issue 22)."""
+    from attnlab import gpt
+
+    needed = ("import ", "tok = course_tokenizer()", "class Block", "SelfAttention.attend = attend", "def train_step",
+              "models, losses = {}, {}")
+    original = gpt.SelfAttention.attend
+
+    def causal_losses(changes):
+        namespace: dict = {}
+        exec("import attnlab", namespace)
+        try:
+            for source in notebook_cells(CHAPTER_4):
+                if not any(part in source for part in needed):
+                    continue
+                for old, new in changes + [("for _ in range(500)", "for _ in range(2)")]:
+                    assert old in "".join(notebook_cells(CHAPTER_4)), old
+                    source = source.replace(old, new)
+                exec(source, namespace)
+                if "models, losses = {}, {}" in source:
+                    return namespace["losses"][True]
+        finally:
+            gpt.SelfAttention.attend = original  # the notebook installs its attend on the package's class
+        raise AssertionError("no training cell")
+
+    shown = causal_losses([])
+    assert shown == causal_losses([("for _ in range(500)", "for _ in range(500)")])
+    assert causal_losses([("is_causal=True, **gqa)", "is_causal=False, **gqa)")]) != shown  # attend without its mask
+    assert causal_losses([("x = x + self.attn(self.norm_1(x), cache)", "x = self.attn(self.norm_1(x), cache)")]) != shown
+    assert gpt.SelfAttention.attend is original
+
+
 @pytest.mark.parametrize("name", ["dependence_map", "cut_map", "jacobian_map"])
 def test_chapter_5_shows_the_package_code(name):
     from attnlab import causality

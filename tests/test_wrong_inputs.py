@@ -6,6 +6,7 @@ One case per message (issue 22, point 6), each checked in English, German and Ch
 import pytest
 import torch
 
+import attnlab
 from attnlab.batching import forward_with_mask
 from attnlab.gpt import KVCache
 from attnlab.mask_builder import batch_mask, mask_mod
@@ -113,3 +114,124 @@ def test_decode_still_takes_a_list_a_1d_tensor_and_numpy_ints():
     assert tok.decode(list(torch.tensor(ids))) == "abc"  # a list of 0-d tensors (iterating a tensor gives them)
     with pytest.raises(TypeError, match="decode takes one sequence"):
         tok.decode(list(torch.tensor([ids, ids])))  # a list of rows
+
+
+# --- chapters 4-6, second learner walk-through (learn46): one case per new message ---
+
+
+def _leaky_maps():
+    from attnlab.causality import cut_map, dependence_map, jacobian_map
+
+    model = small_gpt()
+    return {"prefix": dependence_map(model, IDX[:1]), "cut": cut_map(model, IDX[:1]), "jacobian": jacobian_map(model, IDX[:1])}
+
+
+def _verdict(*args):
+    from attnlab.causality_figures import verdict
+
+    return lambda: verdict(*args)
+
+
+def _leak_table(maps):
+    from attnlab.causality_figures import leak_table
+
+    return lambda: leak_table(maps)
+
+
+def _leaks_line(leaks):
+    from attnlab.causality_figures import leaks_line
+
+    return lambda: leaks_line(leaks)
+
+
+def _loss_curves(causal, unmasked):
+    from attnlab.causality_figures import loss_curves_figure
+
+    return lambda: loss_curves_figure(causal, unmasked)
+
+
+def _jacobian_with(embedding_of):
+    from attnlab.causality import assert_causal_jacobian
+
+    model = small_gpt()
+    return lambda: assert_causal_jacobian(model, IDX[:1], embedding=embedding_of(model))
+
+
+def _causal_indices(T_q, T_kv):
+    from attnlab.masks import causal_allowed_from_indices
+
+    return lambda: causal_allowed_from_indices(T_q, T_kv)
+
+
+LEARNER_46_CASES = [  # (key, exception, call, {lang: words})
+    ("generate_block_size", ValueError, lambda: small_gpt(block_size=16).generate(IDX[:1], 20),
+     {"en": ["a prompt of 6 tokens and asked for 20 new ones: positions 0..25", "block_size = 16",
+             "at most 10 new tokens", "idx[:, -block_size:]"],
+      "de": ["einen Prompt aus 6 Tokens", "höchstens 10 neue Tokens"], "zh": ["提示词有 6 个 token", "最多生成 10 个新 token"]}),
+    ("cache_device", ValueError,
+     lambda: small_gpt()(IDX[:1], cache=KVCache(small_gpt().config, 1, 10, device="meta")),
+     {"en": ["The cache lies on meta, the model on cpu", 'device="cpu"'],
+      "de": ["Der Cache liegt auf meta, das Modell auf cpu"], "zh": ["cache 位于 meta，模型却位于 cpu"]}),
+    ("more_queries_than_keys", ValueError, _causal_indices(5, 3),
+     {"en": ["more queries than keys (T_q = 5 > T_kv = 3)"], "de": ["mehr Queries als Keys (T_q = 5 > T_kv = 3)"],
+      "zh": ["查询多于键（T_q = 5 > T_kv = 3）"]}),
+    ("loss_curves_values", TypeError, _loss_curves("3.1 2.0", [3.0, 1.0]),
+     {"en": ["causal must be the training losses, one number per step", "'3.1 2.0'"],
+      "de": ["causal müssen die Trainings-Losses sein"], "zh": ["causal 必须是训练损失"]}),
+    ("loss_curves_length", ValueError, _loss_curves([3.0, 2.0, 1.0], [3.0, 1.0]),
+     {"en": ["causal has 3 losses, unmasked 2"], "de": ["causal hat 3 Losses, unmasked 2"],
+      "zh": ["causal 有 3 个损失，unmasked 有 2 个"]}),
+    ("leak_test", ValueError, _verdict("prefx", torch.zeros(3, 3)),
+     {"en": ["test must be one of prefix, cut, jacobian; got 'prefx'"], "de": ["test muss einer von prefix, cut, jacobian sein"],
+      "zh": ["test 必须是 prefix, cut, jacobian 之一"]}),
+    ("leak_map", ValueError, _verdict("prefix", torch.zeros(3, 4)),
+     {"en": ["The prefix map must be a square [T, T] tensor", "Tensor (3, 4)"],
+      "de": ["Die Karte des Tests prefix muss ein quadratischer [T, T]-Tensor sein"], "zh": ["prefix 测试的依赖图必须是方形的 [T, T] 张量"]}),
+    ("leak_table", ValueError, _leak_table({"causal": torch.zeros(3, 3)}),
+     {"en": ["leak_table takes {model label: {test: map}}", "explorer.maps"], "de": ["leak_table erwartet {Modellname: {Test: Karte}}"],
+      "zh": ["leak_table 接受 {模型名称: {测试: 依赖图}}"]}),
+    ("leaks_line", ValueError, _leaks_line(_leaky_maps()["prefix"]),
+     {"en": ["leaks_line takes what find_leaks returns"], "de": ["leaks_line erwartet, was find_leaks zurückgibt"],
+      "zh": ["leaks_line 接受 find_leaks 的返回值"]}),
+    ("embedding_shape", ValueError, _jacobian_with(lambda model: model.position_embedding),
+     {"en": ["for token ids (1, 6) the embedding must return [1, 6, D]", "Embedding returned (6, 32)", "model.token_embedding"],
+      "de": ["muss das Embedding [1, 6, D] zurückgeben", "(6, 32)"], "zh": ["嵌入层必须返回 [1, 6, D]", "(6, 32)"]}),
+]
+
+
+@pytest.mark.parametrize("key, exception, call, words", LEARNER_46_CASES, ids=[case[0] for case in LEARNER_46_CASES])
+def test_each_chapter_4_to_6_helper_answers_wrong_input_in_every_language(key, exception, call, words):
+    assert set(words) == {"en", "de", "zh"}
+    assert_message_in_languages(exception, call, words)
+
+
+def test_every_chapter_4_to_6_message_has_a_case():
+    from attnlab.i18n import catalog
+
+    new = {"generate_block_size", "cache_device", "more_queries_than_keys", "loss_curves_values", "loss_curves_length",
+           "leak_test", "leak_map", "leak_table", "leaks_line", "embedding_shape"}
+    assert new <= {key.removeprefix("error.") for key in catalog()}
+    assert {case[0] for case in LEARNER_46_CASES} == new
+
+
+def test_a_prompt_that_fills_block_size_says_what_to_feed_and_right_inputs_still_run():
+    from attnlab.causality import find_leaks
+    from attnlab.causality_figures import leak_table, leaks_line, loss_curves_figure, verdict
+    from attnlab.masks import causal_allowed_from_indices
+
+    model = small_gpt(block_size=6)
+    assert_message_in_languages(ValueError, lambda: model.generate(IDX[:1], 1),
+                                {"en": ["exceed the model's block_size = 6", "idx[:, -block_size:]"],
+                                 "de": ["höchstens block_size Tokens"], "zh": ["最多给模型 block_size 个 token"]})
+    assert model.generate(IDX[:1, :4], 2).shape == (1, 6)
+    assert causal_allowed_from_indices(3, 3).equal(torch.ones(3, 3, dtype=torch.bool).tril())
+    maps = _leaky_maps()
+    assert verdict("prefix", maps["prefix"]) and "causal" in leak_table({"causal": maps})
+    assert loss_curves_figure(torch.tensor([3.0, 2.0]), [3.0, 1.0]) is not None
+    leaks = find_leaks(small_gpt(), IDX[:1])
+    for lang, words in {"en": "prefix test -", "de": "Präfixtest -", "zh": "前缀测试 -"}.items():
+        attnlab.set_language(lang)
+        try:
+            assert words in leaks_line(leaks) and "prefix'" not in leaks_line(leaks)
+        finally:
+            attnlab.set_language("en")

@@ -77,7 +77,7 @@ def prefix_leaks(model, idx, atol=ATOL):
     return (change > atol) & _future(T, idx.device)
 
 
-def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=False, new_token="next"):
+def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=False, new_token="next", use_atol=True):
     def leaks(model, idx, atol=ATOL):
         T, V = idx.size(1), vocab_size_of(model)
         changed = idx.repeat(T, 1)
@@ -93,8 +93,8 @@ def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=
             change = change.T
         ones = torch.ones(T, T, dtype=torch.bool, device=idx.device)
         region = {"future": ones.triu(diagonal=1), "with_diagonal": ones.triu(), "past": ones.tril(), "past_strict": ones.tril(diagonal=-1),
-                  "previous": ones.triu(diagonal=1) & ~ones.triu(diagonal=2)}[keep]
-        return (change > atol) & region
+                  "previous": ones.triu(diagonal=1) & ~ones.triu(diagonal=2), "all": ones}[keep]
+        return (change > (atol if use_atol else 0)) & region
 
     return leaks
 
@@ -146,9 +146,11 @@ PREFIX_LEAKS = Task(
         "wrong_triangle": _prefix_mutant(keep="past"),
         "wrong_triangle_strict": _prefix_mutant(keep="past_strict"),
         "same_token": _prefix_mutant(new_token="zero"),
+        "atol_ignored": _prefix_mutant(use_atol=False),  # before "transposed": on the cases both match, ties go to the first
         "transposed": _prefix_mutant(transpose=True),
         "previous_position_only": _prefix_mutant(keep="previous"),
         "argmax_only": _prefix_mutant(compare="argmax"),
+        "no_triangle": _prefix_mutant(keep="all"),
     },
     alternatives=[_loop_over_positions, _allclose_rows, _course_map],
 )

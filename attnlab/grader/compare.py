@@ -91,6 +91,8 @@ def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1
     if got is None and expected is not None:
         return Problem("grader.none")
     if isinstance(expected, torch.Tensor):
+        if type(got).__name__ == "CausalBias":  # causal_lower_right(...): a tensor subclass that only SDPA reads
+            return Problem("grader.causal_bias")
         if not isinstance(got, torch.Tensor):
             return Problem("grader.not_tensor", {"got": _type_name(got)})
         if got.shape != expected.shape:
