@@ -631,6 +631,18 @@ def _block_peeks_ahead(block, x):
     return _ref("ch4.causal_block")(block, x) + 1e-3 * x.roll(-1, dims=1)
 
 
+def _block_upper_triangle(block, x):
+    """Keeps triu() instead of tril(): each position reads itself and the future, not the past."""
+    attn = block.attn
+    h = block.norm_1(x)
+    q, k, v = (split_heads(proj(h), attn.n_head) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    T = x.size(1)
+    allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).triu()
+    scores = (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(~allowed, float("-inf"))
+    x = x + attn.out_proj(merge_heads(scores.softmax(-1) @ v))
+    return x + block.mlp(block.norm_2(x))
+
+
 def _padded_logits_with_pads(model, ids, pad):
     """The right logits, plus a zero row where the padding sits: a shape the task does not ask for."""
     out = _ref("ch10.padded_logits")(model, ids, pad)
@@ -856,7 +868,8 @@ WRONG.update({
                          ("peeks at the next position", _block_peeks_ahead, M + "ch4.causal_block.reads_next"),
                          ("mask j <= i + 1", _block_one_ahead, M + "ch4.causal_block.reads_next"),
                          ("future filled with 0", _block_zero_fill, M + "ch4.causal_block.zero_fill"),
-                         ("scaled by sqrt(D)", _block_scaled_by_width, M + "ch4.causal_block.scale_model_size")],
+                         ("scaled by sqrt(D)", _block_scaled_by_width, M + "ch4.causal_block.scale_model_size"),
+                         ("triu kept instead of tril", _block_upper_triangle, M + "ch4.causal_block.upper_triangle")],
     "ch9.pass_on": [("receives into k and v", _pass_on_into_k, "grader.ch9.pass_on.edits_input"),
                     ("copies the arrivals into k and v", _pass_on_copies_back, "grader.ch9.pass_on.edits_input"),
                     ("buffers made on the CPU", _pass_on_cpu_buffers, "grader.ch9.pass_on.cpu_buffer")],

@@ -334,8 +334,9 @@ def _block_mutant(mask="causal", scale=True, softmax_dim=-1, transpose=True, res
         size = {True: q.size(-1), False: 1.0, "model": x.size(-1)}[scale]  # "model": sqrt(D), not the head's d
         scores = q @ k.transpose(-2, -1) / math.sqrt(size)
         T = x.size(1)
-        if mask in ("causal", "next", "zero"):
-            allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(diagonal=1 if mask == "next" else 0)
+        if mask in ("causal", "next", "zero", "upper"):
+            ones = torch.ones(T, T, dtype=torch.bool, device=x.device)
+            allowed = ones.triu() if mask == "upper" else ones.tril(diagonal=1 if mask == "next" else 0)
             scores = scores.masked_fill(~allowed, 0.0 if mask == "zero" else float("-inf"))
         out = scores.softmax(dim=softmax_dim) @ v  # [B, H, T, d]
         merged = merge_heads(out) if transpose else out.reshape(x.shape)
@@ -391,6 +392,7 @@ CAUSAL_BLOCK = Task(
         "reads_next": _block_mutant(mask="next"),
         "zero_fill": _block_mutant(mask="zero"),
         "scale_model_size": _block_mutant(scale="model"),
+        "upper_triangle": _block_mutant(mask="upper"),  # triu() kept: each position reads itself and the future
     },
     alternatives=[_sdpa_block, _loop_block, _additive_block, lambda block, x: block(x)],
 )
