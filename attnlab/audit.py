@@ -425,7 +425,8 @@ class AuditRow:
 
 
 def test_maps(adapter: Adapter, ids: torch.Tensor, seed: int = 0) -> dict:
-    """The three maps of chapter 5 for ``adapter`` on ``ids`` [1, T]."""
+    """The three maps of chapter 5 for ``adapter`` on ``ids`` [1, T] (a list or a 1-D tensor [T] too)."""
+    ids = as_ids(ids, getattr(adapter.config, "vocab_size", None))
     T = ids.size(1)
     jacobian = jacobian_map(adapter, ids, adapter.get_input_embeddings(), seed)  # [T, P + T] when padded
     return {"prefix": dependence_map(adapter, ids, seed), "cut": cut_map(adapter, ids),
@@ -592,8 +593,19 @@ def small_config(config_class):
     return config_class(**{k: v for k, v in sizes.items() if hasattr(defaults, k)})
 
 
+class _Formatter(argparse.HelpFormatter):
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, actions, groups, tr("audit.cli_usage") + " ")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with the course's messages: a bad option is one localized line and exit status 2."""
+    """argparse with the course's messages: headings and help in the reader's language, a bad
+    option one localized line and exit status 2."""
+
+    def __init__(self, **kwargs):
+        super().__init__(formatter_class=_Formatter, add_help=False, **kwargs)
+        self._positionals.title, self._optionals.title = tr("audit.cli_positionals"), tr("audit.cli_options")
+        self.add_argument("-h", "--help", action="help", help=tr("audit.cli_help"))
 
     def error(self, message):
         self.exit(2, tr("audit.cli_error", usage=self.format_usage().strip(), message=message) + "\n")
@@ -622,11 +634,14 @@ def _main(argv=None) -> int:
     if lang:  # else the current language (a notebook's)
         set_language(lang)
     parser = _Parser(prog="python -m attnlab.audit", description=tr("audit.cli_description"))
-    parser.add_argument("target", help=tr("audit.cli_target", options=", ".join(MODELS)))
+    parser.add_argument("target", nargs="?", help=tr("audit.cli_target", options=", ".join(MODELS)))
     parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS), help=tr("audit.cli_implementations"))
     parser.add_argument("--length", default="8", help=tr("audit.cli_length"))
     parser.add_argument("--lang", help=tr("audit.cli_lang"))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown or args.target is None:
+        parser.error(tr("audit.cli_unknown", got=" ".join(unknown)) if unknown
+                     else tr("audit.cli_no_target", options=", ".join(MODELS)))
     try:
         length = int(args.length)
     except ValueError:

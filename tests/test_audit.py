@@ -163,6 +163,10 @@ def test_helpers_accept_the_natural_readings():
     model = tiny_model("Llama")  # a name in another case
     ids = [[5, 17, 42, 8]]
     assert Adapter(model)(ids).shape == (1, 4, 128) and Adapter(model)(torch.tensor([5, 17, 42, 8])).shape == (1, 4, 128)
+    from attnlab.audit import leaks_of
+
+    assert leaks_of(Adapter(model), ids) == leaks_of(Adapter(model), torch.tensor([5, 17, 42, 8])) \
+        == {"prefix": None, "cut": None, "jacobian": None}
     assert torch.equal(course_mask(4, keep=[[1, 1, 0, 0]]), course_mask(4, keep=torch.tensor([[1, 1, 0, 0]])))
     assert len(audit("llama", implementations="sdpa", paddings="none", T=4)) == 1  # one implementation as a string
     assert generate_matches(model, [[5, 17, 42], [0, 8, 9]], [3, 2], new_tokens=2) == {"tokens": True, "logits": True}
@@ -216,3 +220,11 @@ def test_the_command_line_answers_bad_arguments_in_the_readers_language(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--lang", "zh"])  # no target
     assert exit_.value.code == 2 and "参数有误" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["llama", "--bogus", "--lang", "de"])
+    assert exit_.value.code == 2 and "unbekannte Argumente: --bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help", "--lang", "de"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "Aufruf:" in out and "diese Hilfe zeigen" in out and "Optionen" in out
+    assert i18n.get_language() == "en"  # --lang holds for the call only
