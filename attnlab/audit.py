@@ -201,7 +201,7 @@ class Adapter(nn.Module):
         if is_encoder_decoder(model) and part not in ("encoder", "decoder"):
             raise ValueError(tr("audit.bad_part", got=describe(part)))
         self.model, self.padding, self.cached, self.part = model, padding, cached, part
-        self.pad = 0 if padding == "none" else whole_number("pad", pad, 1)
+        self.pad = 0 if padding == "none" else whole_number("pad", pad, 0)  # 0: padded, with no padding
         self.pad_ids = torch.zeros(self.pad, dtype=torch.long)  # token 0 in the padding slots
         self.config = model.config
         self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)

@@ -168,6 +168,9 @@ def test_helpers_accept_the_natural_readings():
     assert leaks_of(Adapter(model), ids) == leaks_of(Adapter(model), torch.tensor([5, 17, 42, 8])) \
         == {"prefix": None, "cut": None, "jacobian": None}
     assert torch.equal(course_mask(4, keep=[[1, 1, 0, 0]]), course_mask(4, keep=torch.tensor([[1, 1, 0, 0]])))
+    assert torch.equal(Adapter(model, "left", pad=0)(ids), Adapter(model)(ids))  # a padding of length 0
+    with pytest.raises(ValueError, match="pad must be at least 0"):
+        Adapter(model, "left", pad=-1)
     assert len(audit("llama", implementations="sdpa", paddings="none", T=4)) == 1  # one implementation as a string
     assert generate_matches(model, [[5, 17, 42], [0, 8, 9]], [3, 2], new_tokens=2) == {"tokens": True, "logits": True}
     base = audit(pytest.importorskip("transformers").LlamaModel(model.config), implementations=("sdpa",),
