@@ -26,6 +26,7 @@ tests (the Jacobian test has none, but sees only differentiable paths).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import inspect
 import os
@@ -172,9 +173,11 @@ def output_of(out, name: str = "model") -> torch.Tensor:
     raise TypeError(tr("audit.no_logits", name=name, got=type(out).__name__))
 
 
-def _accepts(function, argument: str) -> bool:
+@functools.lru_cache(maxsize=None)
+def _takes_positions(model_class) -> bool:
+    """Does ``model_class.forward`` take ``position_ids``? (Once per class: a signature costs a millisecond.)"""
     try:
-        return argument in inspect.signature(function).parameters
+        return "position_ids" in inspect.signature(model_class.forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -203,6 +206,7 @@ class Adapter(nn.Module):
         self.model, self.padding, self.cached, self.part = model, padding, cached, part
         self.pad = 0 if padding == "none" else whole_number("pad", pad, 0)  # 0: padded, with no padding
         self.pad_ids = torch.zeros(self.pad, dtype=torch.long)  # token 0 in the padding slots
+        self.takes_positions = part is None and _takes_positions(type(model))
         self.config = model.config
         self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)
         if encoder_ids is None:  # the fixed sequence a decoder reads (T5)
@@ -231,9 +235,9 @@ class Adapter(nn.Module):
         """Where the real tokens are in a padded row of T real tokens."""
         return slice(self.pad, self.pad + T) if self.padding == "left" else slice(0, T)
 
-    def _positions(self, mask, function):
-        """``position_ids`` [B, pad + T] that count only the real tokens, if ``function`` takes them."""
-        if mask is None or not _accepts(function, "position_ids"):
+    def _positions(self, mask):
+        """``position_ids`` [B, pad + T] that count only the real tokens, if the model takes them."""
+        if mask is None or not self.takes_positions:
             return {}
         return {"position_ids": (mask.cumsum(dim=-1) - 1).clamp(min=0)}
 
@@ -251,7 +255,7 @@ class Adapter(nn.Module):
                        attention_mask=None if enc_mask is None else enc_mask.expand(B, -1))
             return self._decode(ids, lambda x, **kw: self.model(decoder_input_ids=x, **run, **kw))
         full, mask = self._padded(ids)
-        positions = self._positions(mask, self.model.forward)
+        positions = self._positions(mask)
         if not self.cached:
             return output_of(self.model(input_ids=full, attention_mask=mask, **positions))[:, self._real(T)]
         pieces, past = [], None
@@ -477,12 +481,17 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
         model = model_from_config(config, impl, seed, model_class)
         parts = ("encoder", "decoder") if is_encoder_decoder(model) else (None,)
         for part in parts:
+            decoder = expected_causal(model, part)
+            with torch.no_grad():
+                unpadded = Adapter(model, "none", part=part, seed=seed)(ids)
             for padding in paddings:
                 adapter = Adapter(model, padding, part=part, seed=seed)
                 leaks = leaks_of(adapter, ids, atol, seed)
-                decoder = expected_causal(model, part)
-                cache_ok = cached_matches(model, ids, padding, part, atol) if decoder else None
-                padding_ok = None if padding == "none" else padding_matches(model, ids, padding, part, atol)
+                with torch.no_grad():  # as cached_matches and padding_matches, each pass computed once
+                    plain = unpadded if padding == "none" else adapter(ids)
+                    cache_ok = torch.allclose(plain, Adapter(model, padding, cached=True, part=part, seed=seed)(ids),
+                                              atol=atol, rtol=0) if decoder else None
+                padding_ok = None if padding == "none" else torch.allclose(unpadded, plain, atol=atol, rtol=0)
                 rows.append(AuditRow(label, impl, padding, part, decoder, leaks, cache_ok, padding_ok))
     return rows
 
