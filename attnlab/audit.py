@@ -95,7 +95,8 @@ def model_from_config(config, attn_implementation: str = "sdpa", seed: int = 0, 
     attn_implementation = check_implementation(attn_implementation)
     if model_class is None:
         name = type(config).__name__.removesuffix("Config")
-        model_class = {"Bert": tf.BertForMaskedLM, "T5": tf.T5ForConditionalGeneration}.get(name)
+        bert = tf.BertLMHeadModel if getattr(config, "is_decoder", False) else tf.BertForMaskedLM  # BERT as a decoder
+        model_class = {"Bert": bert, "T5": tf.T5ForConditionalGeneration}.get(name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if model_class is None:
@@ -171,6 +172,17 @@ def output_of(out, name: str = "model") -> torch.Tensor:
     if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 3:
         return out
     raise TypeError(tr("audit.no_logits", name=name, got=type(out).__name__))
+
+
+class NoCache(ValueError):
+    """The model returns no KV cache (an encoder, or a head without one): nothing to compare."""
+
+
+def _cache_of(out, model):
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        raise NoCache(tr("audit.no_cache", name=type(model).__name__))
+    return cache
 
 
 @functools.lru_cache(maxsize=None)
@@ -265,7 +277,7 @@ class Adapter(nn.Module):
             out = self.model(input_ids=full[:, start:stop], attention_mask=None if mask is None else mask[:, :stop],
                              cache=past, use_cache=True, **step)
             pieces.append(output_of(out))
-            past = out.cache
+            past = _cache_of(out, self.model)
         return torch.cat(pieces, dim=1)[:, self._real(T)]
 
     def _encoded(self):
@@ -286,7 +298,7 @@ class Adapter(nn.Module):
         for start, stop in [(0, first)] + [(t, t + 1) for t in range(first, ids.size(1))]:
             out = call(ids[:, start:stop], cache=past, use_cache=True)
             pieces.append(output_of(out))
-            past = out.cache
+            past = _cache_of(out, self.model)
         return torch.cat(pieces, dim=1)
 
 
@@ -489,8 +501,11 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
                 leaks = leaks_of(adapter, ids, atol, seed)
                 with torch.no_grad():  # as cached_matches and padding_matches, each pass computed once
                     plain = unpadded if padding == "none" else adapter(ids)
-                    cache_ok = torch.allclose(plain, Adapter(model, padding, cached=True, part=part, seed=seed)(ids),
-                                              atol=atol, rtol=0) if decoder else None
+                    try:
+                        cache_ok = torch.allclose(plain, Adapter(model, padding, cached=True, part=part, seed=seed)(ids),
+                                                  atol=atol, rtol=0) if decoder else None
+                    except NoCache:  # a decoder without a cache: the column stays empty
+                        cache_ok = None
                 padding_ok = None if padding == "none" else torch.allclose(unpadded, plain, atol=atol, rtol=0)
                 rows.append(AuditRow(label, impl, padding, part, decoder, leaks, cache_ok, padding_ok))
     return rows

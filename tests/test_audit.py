@@ -231,3 +231,18 @@ def test_the_command_line_answers_bad_arguments_in_the_readers_language(capsys):
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and "Aufruf:" in out and "diese Hilfe zeigen" in out and "Optionen" in out
     assert i18n.get_language() == "en"  # --lang holds for the call only
+
+
+def test_changed_configs_bert_as_a_decoder_and_right_padding_rows():
+    import transformers
+
+    from attnlab.audit import tiny_config
+
+    config = tiny_config("bert")
+    config.is_decoder = True  # BERT as a decoder: built as BertLMHeadModel, must be causal, has a cache
+    rows = audit(config, implementations=("sdpa",), paddings=("none",), T=4)
+    assert rows[0].expected_causal and rows[0].causal and rows[0].cache_ok
+    no_cache = audit(transformers.BertForMaskedLM(config), implementations=("sdpa",), paddings=("none",), T=4)
+    assert no_cache[0].cache_ok is None and no_cache[0].as_expected  # a head that returns no cache: column empty
+    right = audit("mistral", implementations=("sdpa",), paddings=("right",), T=5)
+    assert right[0].padding_ok and "right" in audit_table(right)
