@@ -26,7 +26,9 @@ tests (the Jacobian test has none, but sees only differentiable paths).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -35,8 +37,8 @@ import torch
 from torch import nn
 
 from .causality import cut_map, dependence_map, first_leak, jacobian_map
-from .i18n import set_language, tr
-from .inputs import describe
+from .i18n import get_language, set_language, tr
+from .inputs import describe, whole_number
 
 try:
     import transformers
@@ -44,10 +46,11 @@ except ImportError:  # pragma: no cover - the message says how to install the ex
     transformers = None
 
 IMPLEMENTATIONS = ("eager", "sdpa")
-PADDINGS = ("none", "left")
+PADDINGS = ("none", "left")  # what audit() runs by default
+SIDES = ("none", "left", "right")  # what an Adapter takes
 ATOL = 1e-5
-PAD = 3  # left padding slots in a padded run
-LEAKY = ("audit_drops_mask", "audit_own_mask")
+PAD = 3  # padding slots in a padded run
+LEAKY = ("audit_drops_mask", "audit_own_mask", "audit_ignores_padding")
 
 
 def require_transformers():
@@ -75,9 +78,10 @@ def tiny_config(name: str):
         "t5": lambda: tf.T5Config(vocab_size=128, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
                                   decoder_start_token_id=0),
     }
-    if name not in configs:
+    key = name.lower() if isinstance(name, str) else name
+    if key not in configs:
         raise ValueError(tr("audit.bad_model", options=", ".join(MODELS), got=describe(name)))
-    return configs[name]()
+    return configs[key]()
 
 
 MODELS = ("gpt2", "llama", "mistral", "gemma3", "bert", "t5")
@@ -88,11 +92,11 @@ MODEL_CLASS = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral"
 def model_from_config(config, attn_implementation: str = "sdpa", seed: int = 0, model_class=None) -> nn.Module:
     """A model with random weights (seeded, float32, eval mode) from ``config``; nothing downloaded."""
     tf = require_transformers()
-    if attn_implementation in LEAKY:
-        register_leaky_attention()
+    attn_implementation = check_implementation(attn_implementation)
     if model_class is None:
         name = type(config).__name__.removesuffix("Config")
-        model_class = {"Bert": tf.BertForMaskedLM, "T5": tf.T5ForConditionalGeneration}.get(name)
+        bert = tf.BertLMHeadModel if getattr(config, "is_decoder", False) else tf.BertForMaskedLM  # BERT as a decoder
+        model_class = {"Bert": bert, "T5": tf.T5ForConditionalGeneration}.get(name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if model_class is None:
@@ -101,6 +105,24 @@ def model_from_config(config, attn_implementation: str = "sdpa", seed: int = 0, 
         else:
             model = model_class._from_config(config, attn_implementation=attn_implementation, dtype=torch.float32)
     return model.eval()
+
+
+def check_implementation(name) -> str:
+    """``name`` if it runs here on a CPU: ``eager``, ``sdpa``, one of :data:`LEAKY` or a function a reader
+    registered with ``AttentionInterface``; else a clear error (``flex_attention``: why it is left out)."""
+    require_transformers()
+    from transformers import AttentionInterface
+
+    if name in LEAKY:
+        register_leaky_attention()
+    if name == "flex_attention":
+        raise ValueError(tr("audit.no_flex"))
+    library = ("flash_", "paged|", "flex_")  # the library's other kernels: a GPU, a paged cache, or compiled
+    runs = ["eager", "sdpa", *(key for key in AttentionInterface().keys()
+                               if key not in ("eager", "sdpa") and not key.startswith(library))]
+    if not isinstance(name, str) or name not in runs:
+        raise ValueError(tr("audit.bad_implementation", options=", ".join(runs), got=describe(name)))
+    return name
 
 
 def tiny_model(name: str, attn_implementation: str = "sdpa", seed: int = 0) -> nn.Module:
@@ -117,14 +139,67 @@ def expected_causal(model, part: str | None = None) -> bool:
     if is_encoder_decoder(model):
         return part == "decoder"
     return bool(getattr(model.config, "is_decoder", False)) or type(model).__name__.endswith("ForCausalLM") \
-        or type(model).__name__ == "GPT2LMHeadModel"
+        or type(model).__name__ in ("GPT2LMHeadModel", "GPT2Model") \
+        or any(getattr(module, "is_causal", False) is True for module in model.modules())  # a base model (LlamaModel)
+
+
+def as_ids(ids, vocab_size: int | None = None, name: str = "ids") -> torch.Tensor:
+    """Token ids as a long tensor [B, T]: a list (of lists) or a 1-D tensor [T] is accepted as one reading
+    (a batch of one); floats, an empty sequence or ids outside the vocabulary are a clear error."""
+    if not isinstance(ids, torch.Tensor):
+        try:
+            ids = torch.as_tensor(ids)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(tr("audit.bad_ids", name=name, got=describe(ids))) from None
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.numel() == 0 or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(tr("audit.bad_ids", name=name, got=f"{tuple(ids.shape)}, {ids.dtype}"))
+    ids = ids.long()
+    if vocab_size is not None and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(tr("audit.ids_range", name=name, last=vocab_size - 1, low=int(ids.min()), high=int(ids.max())))
+    return ids
+
+
+def output_of(out, name: str = "model") -> torch.Tensor:
+    """What chapter 5's tests compare: ``.logits``, else ``.last_hidden_state`` (a base model such as
+    ``LlamaModel`` has no language-model head), else the tensor itself or the first of a tuple."""
+    for attr in ("logits", "last_hidden_state"):
+        if getattr(out, attr, None) is not None:
+            return getattr(out, attr)
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 3:
+        return out
+    raise TypeError(tr("audit.no_logits", name=name, got=type(out).__name__))
+
+
+class NoCache(ValueError):
+    """The model returns no KV cache (an encoder, or a head without one): nothing to compare."""
+
+
+def _cache_of(out, model):
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        raise NoCache(tr("audit.no_cache", name=type(model).__name__))
+    return cache
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_positions(model_class) -> bool:
+    """Does ``model_class.forward`` take ``position_ids``? (Once per class: a signature costs a millisecond.)"""
+    try:
+        return "position_ids" in inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class Adapter(nn.Module):
     """``model`` as a function of token ids [B, T] -> logits [B, T, V], the form chapter 5's tests take.
 
-    ``padding="left"``: :data:`PAD` padding tokens go before the sequence, with an
-    ``attention_mask`` that blocks them; the logits of the real tokens come back.
+    ``padding="left"`` (or ``"right"``): ``pad`` padding tokens (:attr:`pad_ids`, token 0) go before (after)
+    the sequence, with an ``attention_mask`` that blocks them and, where the model takes them, ``position_ids``
+    that count only the real tokens (as ``generate()`` passes them); the logits of the real tokens come back.
     ``cached=True``: the logits come from the KV cache, one token after another
     (after a prefill of the first half). ``part``: for an encoder-decoder (T5),
     ``"encoder"`` (its last hidden states stand in for the logits) or ``"decoder"``
@@ -132,18 +207,23 @@ class Adapter(nn.Module):
     """
 
     def __init__(self, model, padding: str = "none", cached: bool = False, part: str | None = None, seed: int = 0,
-                 encoder_ids: torch.Tensor | None = None):
+                 encoder_ids: torch.Tensor | None = None, pad: int = PAD):
         super().__init__()
-        if padding not in PADDINGS:
-            raise ValueError(tr("audit.bad_padding", options=", ".join(PADDINGS), got=describe(padding)))
+        if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+            raise TypeError(tr("audit.bad_subject", got=describe(model)))
+        if padding not in SIDES:
+            raise ValueError(tr("audit.bad_padding", options=", ".join(SIDES), got=describe(padding)))
         if is_encoder_decoder(model) and part not in ("encoder", "decoder"):
             raise ValueError(tr("audit.bad_part", got=describe(part)))
         self.model, self.padding, self.cached, self.part = model, padding, cached, part
+        self.pad = 0 if padding == "none" else whole_number("pad", pad, 0)  # 0: padded, with no padding
+        self.pad_ids = torch.zeros(self.pad, dtype=torch.long)  # token 0 in the padding slots
+        self.takes_positions = part is None and _takes_positions(type(model))
         self.config = model.config
         self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)
         if encoder_ids is None:  # the fixed sequence a decoder reads (T5)
             encoder_ids = torch.randint(1, model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(seed))
-        self.encoder_ids = encoder_ids
+        self.encoder_ids = as_ids(encoder_ids, model.config.vocab_size, "encoder_ids")
 
     def get_input_embeddings(self) -> nn.Module:
         """The token embedding the tested ids go through (T5: its encoder's or its decoder's)."""
@@ -157,15 +237,29 @@ class Adapter(nn.Module):
         if self.padding == "none":
             return ids, None
         B = ids.size(0)
-        pads = torch.zeros(B, PAD, dtype=ids.dtype)  # token 0 in the padding slots
-        mask = torch.cat([torch.zeros(B, PAD, dtype=torch.long), torch.ones_like(ids)], dim=1)
-        return torch.cat([pads, ids], dim=1), mask
+        pads = self.pad_ids.to(ids.dtype).expand(B, -1)  # [B, pad]
+        zeros, ones = torch.zeros(B, self.pad, dtype=torch.long), torch.ones_like(ids)
+        if self.padding == "left":
+            return torch.cat([pads, ids], dim=1), torch.cat([zeros, ones], dim=1)
+        return torch.cat([ids, pads], dim=1), torch.cat([ones, zeros], dim=1)
+
+    def _real(self, T: int) -> slice:
+        """Where the real tokens are in a padded row of T real tokens."""
+        return slice(self.pad, self.pad + T) if self.padding == "left" else slice(0, T)
+
+    def _positions(self, mask):
+        """``position_ids`` [B, pad + T] that count only the real tokens, if the model takes them."""
+        if mask is None or not self.takes_positions:
+            return {}
+        return {"position_ids": (mask.cumsum(dim=-1) - 1).clamp(min=0)}
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        ids = as_ids(ids, self.config.vocab_size)
+        T = ids.size(1)
         if self.part == "encoder":
             full, mask = self._padded(ids)
             hidden = self.model.get_encoder()(input_ids=full, attention_mask=mask).last_hidden_state
-            return hidden[:, full.size(1) - ids.size(1):]  # the real tokens' outputs
+            return hidden[:, self._real(T)]  # the real tokens' outputs
         if self.part == "decoder":
             encoder_out, enc_mask = self._encoded()
             B = ids.size(0)
@@ -173,17 +267,18 @@ class Adapter(nn.Module):
                        attention_mask=None if enc_mask is None else enc_mask.expand(B, -1))
             return self._decode(ids, lambda x, **kw: self.model(decoder_input_ids=x, **run, **kw))
         full, mask = self._padded(ids)
-        P = full.size(1) - ids.size(1)
+        positions = self._positions(mask)
         if not self.cached:
-            return self.model(input_ids=full, attention_mask=mask).logits[:, P:]
+            return output_of(self.model(input_ids=full, attention_mask=mask, **positions))[:, self._real(T)]
         pieces, past = [], None
-        first = P + max(1, ids.size(1) // 2)  # prefill: the padding and the first half
+        first = (self.pad if self.padding == "left" else 0) + max(1, T // 2)  # prefill: the first half (and left padding)
         for start, stop in [(0, first)] + [(t, t + 1) for t in range(first, full.size(1))]:
+            step = {key: value[:, start:stop] for key, value in positions.items()}
             out = self.model(input_ids=full[:, start:stop], attention_mask=None if mask is None else mask[:, :stop],
-                             cache=past, use_cache=True)
-            pieces.append(out.logits)
-            past = out.cache
-        return torch.cat(pieces, dim=1)[:, P:]
+                             cache=past, use_cache=True, **step)
+            pieces.append(output_of(out))
+            past = _cache_of(out, self.model)
+        return torch.cat(pieces, dim=1)[:, self._real(T)]
 
     def _encoded(self):
         """The encoder's output for the fixed encoder sequence, computed once (so the shared
@@ -197,19 +292,51 @@ class Adapter(nn.Module):
 
     def _decode(self, ids, call):
         if not self.cached:
-            return call(ids).logits
+            return output_of(call(ids))
         pieces, past = [], None
         first = max(1, ids.size(1) // 2)
         for start, stop in [(0, first)] + [(t, t + 1) for t in range(first, ids.size(1))]:
             out = call(ids[:, start:stop], cache=past, use_cache=True)
-            pieces.append(out.logits)
-            past = out.cache
+            pieces.append(output_of(out))
+            past = _cache_of(out, self.model)
         return torch.cat(pieces, dim=1)
+
+
+def padding_matches(model, ids: torch.Tensor, side: str = "left", part: str | None = None, atol: float = ATOL,
+                    pad: int = PAD) -> bool:
+    """Are the logits of the real tokens with ``pad`` padding tokens on ``side`` (masked by the
+    ``attention_mask``) equal within ``atol`` to those without padding? A model that lets its real
+    tokens read the padding fails."""
+    with torch.no_grad():
+        plain = Adapter(model, "none", part=part)(ids)
+        padded = Adapter(model, side, part=part, pad=pad)(ids)
+    return torch.allclose(plain, padded, atol=atol, rtol=0)
+
+
+def padding_reads(model, ids: torch.Tensor, side: str = "left", part: str | None = None, atol: float = ATOL,
+                  pad: int = PAD) -> dict:
+    """Which real positions read which padding positions: ``{t: [p, ...]}`` for every real position ``t``
+    (counted in the unpadded sequence) whose output moves by more than ``atol`` when the padding token at
+    position ``p`` of the padded row changes. ``{}``: the padding is not read (the mask works)."""
+    adapter = Adapter(model, side, part=part, pad=pad)
+    ids = as_ids(ids, adapter.config.vocab_size)
+    first = ids.size(1) if side == "right" else 0  # where the padding starts in the padded row
+    with torch.no_grad():
+        base = adapter(ids)  # [1, T, V]
+        reads = {}
+        for p in range(adapter.pad):
+            adapter.pad_ids = torch.zeros(adapter.pad, dtype=torch.long)
+            adapter.pad_ids[p] = 1  # another padding token in slot p
+            moved = (adapter(ids) - base).abs().amax(dim=-1)[0] > atol  # [T]
+            for t in moved.nonzero().flatten().tolist():
+                reads.setdefault(t, []).append(first + p)
+    return dict(sorted(reads.items()))
 
 
 def cached_matches(model, ids: torch.Tensor, padding: str = "none", part: str | None = None,
                    atol: float = ATOL) -> bool:
     """Do the logits through the KV cache equal those of one uncached forward pass (within ``atol``)?"""
+    ids = as_ids(ids, model.config.vocab_size)
     with torch.no_grad():
         plain = Adapter(model, padding, cached=False, part=part)(ids)
         cached = Adapter(model, padding, cached=True, part=part)(ids)
@@ -219,7 +346,13 @@ def cached_matches(model, ids: torch.Tensor, padding: str = "none", part: str | 
 def generate_matches(model, prompts: torch.Tensor, lengths, new_tokens: int = 4, atol: float = ATOL) -> dict:
     """``generate()`` (greedy) with and without the cache on left-padded ``prompts`` [B, T]
     (row b has ``lengths[b]`` real tokens at its end): are the tokens equal, the logits close?"""
+    prompts = as_ids(prompts, model.config.vocab_size, "prompts")
     B, T = prompts.shape
+    if isinstance(lengths, (int, torch.Tensor)) and not isinstance(lengths, bool):
+        lengths = [lengths] * B if isinstance(lengths, int) else lengths.tolist()
+    if not isinstance(lengths, (list, tuple)) or len(lengths) != B:
+        raise ValueError(tr("audit.bad_lengths", B=B, got=describe(lengths)))
+    lengths = [whole_number("lengths", n, 1, T) for n in lengths]  # 0 real tokens: nothing to continue
     mask = (torch.arange(T)[None, :] >= T - torch.as_tensor(lengths)[:, None]).long()  # [B, T], left padding
     runs = {}
     for use_cache in (True, False):
@@ -245,6 +378,13 @@ def library_mask(model, T: int, attention_mask: torch.Tensor | None = None, posi
     from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
     config = model.config
+    T, past = whole_number("T", T, 1), whole_number("past", past, 0)
+    if attention_mask is not None:
+        attention_mask = torch.as_tensor(attention_mask)
+        if attention_mask.dim() != 2 or attention_mask.size(1) != past + T:
+            raise ValueError(tr("audit.bad_attention_mask", n=past + T, got=tuple(attention_mask.shape)))
+    if position_ids is not None:
+        position_ids = torch.as_tensor(position_ids)
     B = next((x.size(0) for x in (attention_mask, position_ids) if x is not None), 1)
     cache = None
     if past:
@@ -267,6 +407,8 @@ def course_mask(T_q: int, T_kv: int | None = None, keep: torch.Tensor | None = N
     from .mask_builder import and_masks, batch_mask, document_mod, mask_mod, padding_mod
 
     rules = [mask_mod("causal") if window is None else mask_mod("sliding_window", window=window)]
+    keep = None if keep is None else torch.as_tensor(keep)
+    position_ids = None if position_ids is None else torch.as_tensor(position_ids)
     if keep is not None:
         rules.append(padding_mod(keep.bool()))
         B = keep.size(0)
@@ -287,6 +429,7 @@ class AuditRow:
     expected_causal: bool
     leaks: dict  # test -> first (t, s) above the diagonal, or None
     cache_ok: bool | None  # cached logits equal to uncached (None: no cache, an encoder)
+    padding_ok: bool | None = None  # real tokens' logits padded equal to unpadded (None: not padded)
 
     @property
     def causal(self) -> bool:
@@ -294,11 +437,12 @@ class AuditRow:
 
     @property
     def as_expected(self) -> bool:
-        return self.causal == self.expected_causal and self.cache_ok is not False
+        return self.causal == self.expected_causal and self.cache_ok is not False and self.padding_ok is not False
 
 
 def test_maps(adapter: Adapter, ids: torch.Tensor, seed: int = 0) -> dict:
-    """The three maps of chapter 5 for ``adapter`` on ``ids`` [1, T]."""
+    """The three maps of chapter 5 for ``adapter`` on ``ids`` [1, T] (a list or a 1-D tensor [T] too)."""
+    ids = as_ids(ids, getattr(adapter.config, "vocab_size", None))
     T = ids.size(1)
     jacobian = jacobian_map(adapter, ids, adapter.get_input_embeddings(), seed)  # [T, P + T] when padded
     return {"prefix": dependence_map(adapter, ids, seed), "cut": cut_map(adapter, ids),
@@ -313,7 +457,8 @@ def leaks_of(adapter: Adapter, ids: torch.Tensor, atol: float = ATOL, seed: int 
 
 def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: int = 8, seed: int = 0,
           atol: float = ATOL) -> list[AuditRow]:
-    """Chapter 5's three tests on a model, for every attention implementation and padding.
+    """Chapter 5's three tests on a model, for every attention implementation and padding; a padded
+    row also compares the real tokens' logits with the unpadded ones (:func:`padding_matches`).
 
     ``model_or_name``: a name of :data:`MODELS`, a ``transformers`` config, or a
     model (rebuilt from its config, with its class, for each implementation; the
@@ -321,28 +466,48 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
     the weights). Encoder-decoders are audited part by part.
     """
     require_transformers()
+    if isinstance(implementations, str):  # one implementation
+        implementations = (implementations,)
+    if isinstance(paddings, str):
+        paddings = (paddings,)
+    for padding in paddings:
+        if padding not in SIDES:
+            raise ValueError(tr("audit.bad_padding", options=", ".join(SIDES), got=describe(padding)))
     if isinstance(model_or_name, str):
         config, model_class = tiny_config(model_or_name), None
         label = model_or_name
-    elif isinstance(model_or_name, nn.Module) and hasattr(model_or_name, "config"):
+    elif isinstance(model_or_name, transformers.PreTrainedModel):
         config, model_class = model_or_name.config, type(model_or_name)
         label = type(model_or_name).__name__
     elif isinstance(model_or_name, transformers.PreTrainedConfig):
         config, model_class, label = model_or_name, None, type(model_or_name).__name__
     else:
         raise TypeError(tr("audit.bad_subject", got=describe(model_or_name)))
+    longest = next((getattr(config, key) for key in ("max_position_embeddings", "n_positions")
+                    if isinstance(getattr(config, key, None), int)), None)
+    T = whole_number("T", T, 2, None if longest is None else longest - PAD)  # the padded row must fit too
+    implementations = [check_implementation(impl) for impl in implementations]
     ids = torch.randint(1, config.vocab_size, (1, T), generator=torch.Generator().manual_seed(seed))
     rows = []
     for impl in implementations:
         model = model_from_config(config, impl, seed, model_class)
         parts = ("encoder", "decoder") if is_encoder_decoder(model) else (None,)
         for part in parts:
+            decoder = expected_causal(model, part)
+            with torch.no_grad():
+                unpadded = Adapter(model, "none", part=part, seed=seed)(ids)
             for padding in paddings:
                 adapter = Adapter(model, padding, part=part, seed=seed)
                 leaks = leaks_of(adapter, ids, atol, seed)
-                decoder = expected_causal(model, part)
-                cache_ok = cached_matches(model, ids, padding, part, atol) if decoder else None
-                rows.append(AuditRow(label, impl, padding, part, decoder, leaks, cache_ok))
+                with torch.no_grad():  # as cached_matches and padding_matches, each pass computed once
+                    plain = unpadded if padding == "none" else adapter(ids)
+                    try:
+                        cache_ok = torch.allclose(plain, Adapter(model, padding, cached=True, part=part, seed=seed)(ids),
+                                                  atol=atol, rtol=0) if decoder else None
+                    except NoCache:  # a decoder without a cache: the column stays empty
+                        cache_ok = None
+                padding_ok = None if padding == "none" else torch.allclose(unpadded, plain, atol=atol, rtol=0)
+                rows.append(AuditRow(label, impl, padding, part, decoder, leaks, cache_ok, padding_ok))
     return rows
 
 
@@ -356,15 +521,16 @@ def audit_table(rows: list[AuditRow]) -> str:
     """The audit as a text table in the reader's language: one line per row, '-' = no leak found."""
     header = [tr("audit.col_model"), tr("audit.col_impl"), tr("audit.col_padding")] \
         + [tr(f"ch5.test_{test}") for test in ("prefix", "cut", "jacobian")] \
-        + [tr("audit.col_cache"), tr("audit.col_verdict")]
+        + [tr("audit.col_cache"), tr("audit.col_padded"), tr("audit.col_verdict")]
     lines = [header]
     for row in rows:
         name = row.model if row.part is None else f"{row.model} ({tr('audit.part_' + row.part)})"
         cache = "-" if row.cache_ok is None else tr("audit.yes" if row.cache_ok else "audit.no")
+        padded = "-" if row.padding_ok is None else tr("audit.yes" if row.padding_ok else "audit.no")
         verdict = tr("audit.expected_causal" if row.expected_causal else "audit.expected_bidirectional")
         verdict += " " + tr("audit.ok" if row.as_expected else "audit.wrong")
         lines.append([name, row.implementation, tr(f"audit.padding_{row.padding}")]
-                     + [str(row.leaks[test] or "-") for test in ("prefix", "cut", "jacobian")] + [cache, verdict])
+                     + [str(row.leaks[test] or "-") for test in ("prefix", "cut", "jacobian")] + [cache, padded, verdict])
     widths = [max(_width(line[i]) for line in lines) + 2 for i in range(len(header))]
     return "\n".join("".join(cell + " " * (w - _width(cell)) for w, cell in zip(widths, line)).rstrip()
                      for line in lines)
@@ -397,6 +563,15 @@ def own_mask_attention(module, query, key, value, attention_mask, **kwargs):
     return sdpa_attention_forward(module, query, key, value, own, **kwargs)
 
 
+def ignores_padding_attention(module, query, key, value, attention_mask, **kwargs):
+    """Broken on purpose: causal, but blind to padding. It drops the mask and lets the library's SDPA
+    function fall back on ``is_causal``, as a kernel that only knows "causal" would: a real token reads
+    the padding before it (left padding), never the padding after it (right padding)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+
+
 def register_leaky_attention() -> tuple[str, ...]:
     """Register :data:`LEAKY` with ``AttentionInterface`` (and SDPA's mask function with
     ``AttentionMaskInterface``, so the library builds the masks it builds for ``sdpa``)."""
@@ -404,7 +579,7 @@ def register_leaky_attention() -> tuple[str, ...]:
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
-    for name, function in zip(LEAKY, (drops_mask_attention, own_mask_attention)):
+    for name, function in zip(LEAKY, (drops_mask_attention, own_mask_attention, ignores_padding_attention)):
         AttentionInterface.register(name, function)
         AttentionMaskInterface.register(name, sdpa_mask)
     return LEAKY
@@ -442,17 +617,63 @@ def small_config(config_class):
     return config_class(**{k: v for k, v in sizes.items() if hasattr(defaults, k)})
 
 
+class _Formatter(argparse.HelpFormatter):
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, actions, groups, tr("audit.cli_usage") + " ")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the course's messages: headings and help in the reader's language, a bad
+    option one localized line and exit status 2."""
+
+    def __init__(self, **kwargs):
+        super().__init__(formatter_class=_Formatter, add_help=False, **kwargs)
+        self._positionals.title, self._optionals.title = tr("audit.cli_positionals"), tr("audit.cli_options")
+        self.add_argument("-h", "--help", action="help", help=tr("audit.cli_help"))
+
+    def error(self, message):
+        self.exit(2, tr("audit.cli_error", usage=self.format_usage().strip(), message=message) + "\n")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.audit", description=tr("audit.cli_description"))
-    parser.add_argument("target", help=tr("audit.cli_target", options=", ".join(MODELS)))
-    parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS))
-    parser.add_argument("--length", type=int, default=8)
-    parser.add_argument("--lang", default=os.environ.get("ATTNLAB_LANG"), choices=("en", "de", "zh"))
-    args = parser.parse_args(argv)
-    if args.lang:  # else the current language (a notebook's)
-        set_language(args.lang)
+    """The command line; ``--lang`` holds for this call only (a notebook keeps its language)."""
+    before = get_language()
     try:
-        rows = audit(resolve(args.target), implementations=tuple(args.implementations.split(",")), T=args.length)
+        return _main(argv)
+    finally:
+        set_language(before)
+
+
+def _main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    lang = os.environ.get("ATTNLAB_LANG")
+    for i, arg in enumerate(argv):  # the language first, so that every later message is in it
+        value = arg.split("=", 1)[1] if arg.startswith("--lang=") else argv[i + 1] if arg == "--lang" and \
+            i + 1 < len(argv) else None
+        if value is not None:
+            lang = value
+    if lang is not None and lang not in ("en", "de", "zh"):
+        print(tr("audit.cli_bad_lang", got=describe(lang)), file=sys.stderr)
+        return 2
+    if lang:  # else the current language (a notebook's)
+        set_language(lang)
+    parser = _Parser(prog="python -m attnlab.audit", description=tr("audit.cli_description"))
+    parser.add_argument("target", nargs="?", help=tr("audit.cli_target", options=", ".join(MODELS)))
+    parser.add_argument("--implementations", default=",".join(IMPLEMENTATIONS), help=tr("audit.cli_implementations"))
+    parser.add_argument("--length", default="8", help=tr("audit.cli_length"))
+    parser.add_argument("--lang", help=tr("audit.cli_lang"))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown or args.target is None:
+        parser.error(tr("audit.cli_unknown", got=" ".join(unknown)) if unknown
+                     else tr("audit.cli_no_target", options=", ".join(MODELS)))
+    try:
+        length = int(args.length)
+    except ValueError:
+        print(tr("audit.cli_bad_length", got=describe(args.length)), file=sys.stderr)
+        return 2
+    try:
+        implementations = tuple(impl.strip() for impl in args.implementations.split(",") if impl.strip())
+        rows = audit(resolve(args.target), implementations=implementations, T=length)
     except (ValueError, TypeError, ImportError) as error:
         print(error, file=sys.stderr)
         return 2

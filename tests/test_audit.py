@@ -85,7 +85,7 @@ def test_bad_input_gets_a_clear_message():
     with pytest.raises(ValueError, match="model must be one of"):
         audit("gpt5")
     with pytest.raises(ValueError, match="padding must be one of"):
-        Adapter(tiny_model("llama"), padding="right")
+        Adapter(tiny_model("llama"), padding="top")
     with pytest.raises(ValueError, match="part must be 'encoder' or 'decoder'"):
         Adapter(tiny_model("t5"))
     with pytest.raises(TypeError, match="audit takes a model name"):
@@ -127,3 +127,122 @@ def test_the_chapters_own_mask_attention_is_the_packages():
     nb = nbformat.read(ROOT / "chapters" / "en" / "10-auditing-a-real-model.ipynb", as_version=4)
     cell = next(c.source for c in nb.cells if c.cell_type == "code" and "def own_mask_attention" in c.source)
     assert body(cell) == body(inspect.getsource(audit_module.own_mask_attention))
+
+
+def test_padded_equals_unpadded_for_a_correct_model_on_both_sides():
+    from attnlab.audit import padding_matches, padding_reads
+
+    ids = torch.randint(1, 128, (1, 5), generator=torch.Generator().manual_seed(0))
+    for name in ("gpt2", "llama", "bert"):  # learned positions (gpt2, bert) too: position_ids count the real tokens
+        model = tiny_model(name, "eager")
+        for side in ("left", "right"):
+            assert padding_matches(model, ids, side), (name, side)
+            assert padding_reads(model, ids, side) == {}
+    t5 = tiny_model("t5", "sdpa")
+    assert padding_matches(t5, ids, "left", part="encoder") and padding_matches(t5, ids, "left", part="decoder")
+
+
+def test_the_mask_dropping_model_reads_the_padding_on_both_sides_and_the_padding_blind_one_only_on_the_left():
+    from attnlab.audit import padding_matches, padding_reads
+
+    ids = torch.randint(1, 128, (1, 4), generator=torch.Generator().manual_seed(0))
+    drops = tiny_model("llama", "audit_drops_mask")
+    assert not padding_matches(drops, ids, "left") and not padding_matches(drops, ids, "right")
+    assert padding_reads(drops, ids, "left") == {t: [0, 1, 2] for t in range(4)}  # the padding before
+    assert padding_reads(drops, ids, "right") == {t: [4, 5, 6] for t in range(4)}  # the padding after
+    blind = tiny_model("llama", "audit_ignores_padding")
+    assert not padding_matches(blind, ids, "left") and padding_reads(blind, ids, "left") == {t: [0, 1, 2] for t in range(4)}
+    assert padding_matches(blind, ids, "right") and padding_reads(blind, ids, "right") == {}  # the causal rule hides it
+    rows = {row.padding: row for row in audit("llama", implementations=("audit_ignores_padding",), T=5)}
+    assert rows["none"].causal and rows["none"].padding_ok is None and rows["none"].as_expected
+    assert rows["left"].causal and rows["left"].padding_ok is False and not rows["left"].as_expected
+    assert "padded = unpadded" in audit_table(list(rows.values()))
+
+
+def test_helpers_accept_the_natural_readings():
+    model = tiny_model("Llama")  # a name in another case
+    ids = [[5, 17, 42, 8]]
+    assert Adapter(model)(ids).shape == (1, 4, 128) and Adapter(model)(torch.tensor([5, 17, 42, 8])).shape == (1, 4, 128)
+    from attnlab.audit import leaks_of
+
+    assert leaks_of(Adapter(model), ids) == leaks_of(Adapter(model), torch.tensor([5, 17, 42, 8])) \
+        == {"prefix": None, "cut": None, "jacobian": None}
+    assert torch.equal(course_mask(4, keep=[[1, 1, 0, 0]]), course_mask(4, keep=torch.tensor([[1, 1, 0, 0]])))
+    assert torch.equal(Adapter(model, "left", pad=0)(ids), Adapter(model)(ids))  # a padding of length 0
+    with pytest.raises(ValueError, match="pad must be at least 0"):
+        Adapter(model, "left", pad=-1)
+    assert len(audit("llama", implementations="sdpa", paddings="none", T=4)) == 1  # one implementation as a string
+    assert generate_matches(model, [[5, 17, 42], [0, 8, 9]], [3, 2], new_tokens=2) == {"tokens": True, "logits": True}
+    base = audit(pytest.importorskip("transformers").LlamaModel(model.config), implementations=("sdpa",),
+                 paddings=("none",), T=4)  # no .logits: its hidden states are tested
+    assert base[0].expected_causal and base[0].as_expected
+
+
+@pytest.mark.parametrize("language, needle", [("en", "must be one that runs here"), ("de", "hier auf der CPU läuft")])
+def test_bad_input_gets_a_clear_localized_message(language, needle):
+    i18n.set_language(language)
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match=needle):
+        tiny_model("llama", "no_such_attention")
+    with pytest.raises(ValueError, match="flex_attention"):
+        audit("llama", implementations=("flex_attention",))
+    with pytest.raises(ValueError, match="T"):
+        audit("gpt2", T=70)  # longer than its 64 positions, with the padding
+    with pytest.raises(TypeError, match="T"):
+        audit("llama", T="8")
+    with pytest.raises(ValueError, match="0 to 127" if language == "en" else "Vokabular"):
+        Adapter(model)(torch.tensor([[1, 500]]))
+    with pytest.raises(ValueError, match="ids"):
+        Adapter(model)(torch.rand(1, 4))
+    with pytest.raises(ValueError, match="lengths"):
+        generate_matches(model, torch.ones(2, 4, dtype=torch.long), [4])  # one length for two prompts
+    with pytest.raises(ValueError, match="lengths"):
+        generate_matches(model, torch.ones(2, 4, dtype=torch.long), [4, 0])  # a prompt of padding only
+    with pytest.raises(ValueError, match="attention_mask"):
+        library_mask(model, 6, torch.ones(1, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="audit"):
+        Adapter(torch.nn.Linear(2, 2))
+
+    class NoLogits(torch.nn.Module):
+        config = model.config
+
+        def forward(self, input_ids=None, attention_mask=None):
+            return {"hidden": input_ids}
+
+    with pytest.raises(TypeError, match="logits"):
+        Adapter(NoLogits())(torch.tensor([[1, 2]]))
+
+
+def test_the_command_line_answers_bad_arguments_in_the_readers_language(capsys):
+    assert main(["llama", "--length", "x", "--lang", "de"]) == 2
+    assert "--length muss eine ganze Zahl" in capsys.readouterr().err
+    assert main(["llama", "--lang", "fr"]) == 2
+    assert "--lang must be en, de or zh" in capsys.readouterr().err
+    assert main(["llama", "--implementations", "nope", "--lang", "en"]) == 2
+    assert "attn_implementation must be one that runs here" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--lang", "zh"])  # no target
+    assert exit_.value.code == 2 and "参数有误" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["llama", "--bogus", "--lang", "de"])
+    assert exit_.value.code == 2 and "unbekannte Argumente: --bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help", "--lang", "de"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "Aufruf:" in out and "diese Hilfe zeigen" in out and "Optionen" in out
+    assert i18n.get_language() == "en"  # --lang holds for the call only
+
+
+def test_changed_configs_bert_as_a_decoder_and_right_padding_rows():
+    import transformers
+
+    from attnlab.audit import tiny_config
+
+    config = tiny_config("bert")
+    config.is_decoder = True  # BERT as a decoder: built as BertLMHeadModel, must be causal, has a cache
+    rows = audit(config, implementations=("sdpa",), paddings=("none",), T=4)
+    assert rows[0].expected_causal and rows[0].causal and rows[0].cache_ok
+    no_cache = audit(transformers.BertForMaskedLM(config), implementations=("sdpa",), paddings=("none",), T=4)
+    assert no_cache[0].cache_ok is None and no_cache[0].as_expected  # a head that returns no cache: column empty
+    right = audit("mistral", implementations=("sdpa",), paddings=("right",), T=5)
+    assert right[0].padding_ok and "right" in audit_table(right)
