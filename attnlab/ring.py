@@ -105,7 +105,7 @@ def check_job(job: "RingJob", P: int) -> None:
     inputs.whole_number("seed", job.seed, 0)
     for name in ("causal", "check", "memory", "keep_output"):
         if not isinstance(getattr(job, name), bool):
-            raise TypeError(tr("ring.error_flag", name=name, got=inputs.describe(getattr(job, name))))
+            raise TypeError(tr("error.flag", name=name, got=inputs.describe(getattr(job, name))))
     if job.method not in ("ring", "allgather", "pass"):
         raise ValueError(tr("ring.error_method", got=inputs.describe(job.method)))
 
