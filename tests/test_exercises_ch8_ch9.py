@@ -154,3 +154,10 @@ def test_a_deadlocked_pass_on_is_stopped_and_named_and_an_error_inside_a_rank_is
     assert i18n.tr("ch9.ex_deadlock", seconds=ch9.RING_TIMEOUT_S) in result.text()
     typo = grader.grade("ch9.pass_on", pass_on_with_a_typo)
     assert typo.points == 0 and "NameError: name 'k_nxt' is not defined" in typo.text()
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_the_deadlock_message_fits_the_graders_limit_for_a_raised_message(lang):
+    # judge.failed_call cuts an exception's message after 160 characters: the advice must survive
+    message = i18n.tr("ch9.ex_deadlock", lang=lang, seconds=ch9.RING_TIMEOUT_S)
+    assert len(message) <= 160 and "rank - 1" in message
