@@ -90,7 +90,13 @@ def pack(documents: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor
 
 def positions_in_documents(document_ids: torch.Tensor) -> torch.Tensor:
     """[B, T] document ids (each document one contiguous run) -> [B, T] position of each
-    token inside its own document."""
+    token inside its own document ([T] -> [T] for one row)."""
+    if not isinstance(document_ids, torch.Tensor):
+        raise TypeError(tr("ch8.err_documents", shape=describe(document_ids), dtype=type(document_ids).__name__))
+    if document_ids.dim() not in (1, 2) or document_ids.is_floating_point() or document_ids.dtype == torch.bool:
+        raise ValueError(tr("ch8.err_documents", shape=tuple(document_ids.shape), dtype=str(document_ids.dtype)))
+    if document_ids.dim() == 1:
+        return positions_in_documents(document_ids[None])[0]
     T = document_ids.size(-1)
     slots = torch.arange(T, device=document_ids.device).expand_as(document_ids)  # [B, T]
     starts = torch.ones_like(document_ids, dtype=torch.bool)

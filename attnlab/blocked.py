@@ -151,6 +151,10 @@ class OnlineSoftmax:
 
 def start_states(q: torch.Tensor, d_v: int, block: int) -> list[OnlineSoftmax]:
     """One :class:`OnlineSoftmax` per query tile of ``q`` [..., S_q, d]."""
+    if not isinstance(q, torch.Tensor) or q.dim() < 2:
+        from .inputs import describe
+        raise TypeError(tr("ring.error_states_q", got=describe(q)))
+    d_v, block = whole_number("d_v", d_v, 1), whole_number("block", block, 1)
     S_q = q.shape[-2]
     return [OnlineSoftmax(torch.Size((*q.shape[:-2], min(block, S_q - s))), d_v, q.device)
             for s in range(0, S_q, block)]

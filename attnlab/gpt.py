@@ -59,6 +59,11 @@ class GPTConfig:
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             whole_number(name, getattr(self, name), low=1)
+        for name in ("causal", "bias"):  # causal="False" would be a causal model: a non-empty string is true
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(tr("error.flag", name=name, got=describe(getattr(self, name))))
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, numbers.Real) or not 0 <= self.dropout <= 1:
+            raise ValueError(tr("error.config_dropout", got=describe(self.dropout)))
         if self.n_embd % self.n_head:
             raise ValueError(tr("error.config_heads", n_embd=self.n_embd, n_head=self.n_head))
         if self.n_kv_head is not None and (whole_number("n_kv_head", self.n_kv_head, low=1) > self.n_head

@@ -92,8 +92,11 @@ def blocks_figure(panels: Sequence[dict], block: int) -> Figure:
 def reach_figure(reach: Sequence[torch.Tensor], titles: Sequence[str]) -> Figure:
     """Boolean [T, T] reachability matrices side by side (True: the output at the row's
     position depends on the input at the column's position); the last row is framed."""
+    if isinstance(reach, torch.Tensor) and reach.dim() == 2:
+        reach = [reach]  # one matrix
     if not reach or len(reach) != len(titles):
         raise ValueError(tr("ch8.err_titles", matrices=len(reach), titles=len(titles)))
+    reach = [torch.as_tensor(inputs.as_matrix("reach", matrix) != 0) for matrix in reach]  # lists and 0/1 tables too
     fig = Figure(figsize=(2.7 * len(reach), 3.0), layout="constrained")
     axes = fig.subplots(1, len(reach), squeeze=False)[0]
     cmap = matplotlib.colors.ListedColormap(["#EEEEEE", "#4477AA"])

@@ -48,6 +48,7 @@ Point-to-point peers are ranks of the default process group.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import queue as queue_module
@@ -92,8 +93,21 @@ def shard_positions(T: int, P: int, layout: str) -> torch.Tensor:
 def check_sizes(T: int, P: int, layout: str, block: int) -> None:
     """Raise a clear ValueError for sizes ring attention cannot use."""
     shard_positions(T, P, layout)
-    if inputs.whole_number("block", block) < 1:
-        raise ValueError(tr("ring.error_block", block=block, S=T // P))
+    inputs.whole_number("block", block, 1)  # any size from 1: the last tile of a shard may be shorter
+
+
+def check_job(job: "RingJob", P: int) -> None:
+    """Everything a RingJob holds, checked before any process starts (a clear message, not a
+    traceback from inside a rank)."""
+    check_sizes(job.T, P, job.layout, job.block)
+    for name in ("heads", "d", "batch", "repeats"):
+        inputs.whole_number(name, getattr(job, name), 1)
+    inputs.whole_number("seed", job.seed, 0)
+    for name in ("causal", "check", "memory", "keep_output"):
+        if not isinstance(getattr(job, name), bool):
+            raise TypeError(tr("error.flag", name=name, got=inputs.describe(getattr(job, name))))
+    if job.method not in ("ring", "allgather", "pass"):
+        raise ValueError(tr("ring.error_method", got=inputs.describe(job.method)))
 
 
 # --------------------------------------------------------------------------- ring attention
@@ -374,11 +388,15 @@ def code_of(functions) -> str:
 
     if callable(functions):
         functions = [functions]
+    if not isinstance(functions, (list, tuple, dict)):
+        raise TypeError(tr("ring.error_code", got=inputs.describe(functions)))
     named = functions.items() if isinstance(functions, dict) else [(getattr(f, "__name__", None), f) for f in functions]
     parts = []
     for name, function in named:
         if not callable(function) or not isinstance(name, str):
             raise TypeError(tr("ring.error_code", got=inputs.describe(function)))
+        if function.__name__ == "<lambda>":  # its source is the whole line it sits in, not a definition
+            raise TypeError(tr("ring.error_code_lambda", name=name))
         try:
             source = textwrap.dedent(inspect.getsource(function))
         except (OSError, TypeError):
@@ -505,6 +523,33 @@ def _process_context(*modules: str):
     return mp.get_context("spawn")
 
 
+@contextlib.contextmanager
+def _script_not_imported():
+    """Start processes without making them import the caller's script again.
+
+    "spawn" and "forkserver" run the main script once more in every new process (as
+    ``__mp_main__``), so a script that calls :func:`run_ring` without ``if __name__ == "__main__":``
+    would start processes from inside the new processes and fail. The workers are the package's
+    functions and the caller's ``code=`` travels as source text, so they need nothing from the
+    script: while the processes start, ``__main__`` shows neither its path nor its module name."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved = {name: main.__dict__.get(name, missing) for name in ("__file__", "__spec__")}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                main.__dict__.pop(name, None)
+            else:
+                setattr(main, name, value)
+
+
 def run_ranks(worker, P: int, jobs: list, timeout_s: float, *extra, modules: tuple[str, ...] = ()) -> dict:
     """Start P processes, each running ``worker(rank, P, port, jobs, results, lang, timeout_s, *extra)``,
     and collect what each puts on ``results``: ``(rank, reports, error)``. Returns ``{rank: reports}``.
@@ -518,8 +563,9 @@ def run_ranks(worker, P: int, jobs: list, timeout_s: float, *extra, modules: tup
     port = free_port()
     processes = [context.Process(target=worker, args=(rank, P, port, jobs, results, get_language(), timeout_s, *extra),
                                  daemon=True) for rank in range(P)]
-    for process in processes:
-        process.start()
+    with _script_not_imported():
+        for process in processes:
+            process.start()
     reports: dict[int, list] = {}
     deadline = time.monotonic() + timeout_s
     try:
@@ -556,15 +602,14 @@ def run_ring(jobs: list[RingJob], P: int, timeout_s: float = 120.0, code=None) -
     ``timeout_s`` bounds the whole run and every collective (a deadlocked ring fails after it).
     """
     P = inputs.whole_number("P", P, 1)
+    inputs.positive_number("timeout_s", timeout_s)  # checked; kept as given, so that messages print 3 s, not 3.0 s
     code = code_of(code) if code is not None else ""
     if isinstance(jobs, RingJob):
         jobs = [jobs]
-    if not jobs or not all(isinstance(job, RingJob) for job in jobs):
+    if not isinstance(jobs, (list, tuple)) or not jobs or not all(isinstance(job, RingJob) for job in jobs):
         raise TypeError(tr("ring.error_jobs", got=inputs.describe(jobs)))
     for job in jobs:
-        check_sizes(job.T, P, job.layout, job.block)
-        if job.method not in ("ring", "allgather", "pass"):
-            raise ValueError(tr("ring.error_method", got=inputs.describe(job.method)))
+        check_job(job, P)
     reports = run_ranks(_worker, P, jobs, timeout_s, code)
     return [JobResult(job, [reports[r][j] for r in range(P)]) for j, job in enumerate(jobs)]
 

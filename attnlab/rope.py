@@ -38,7 +38,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) 
     positions = torch.as_tensor(positions, device=x.device) if not isinstance(positions, torch.Tensor) else positions
     if (positions.is_floating_point() or positions.dim() not in (1, 2) or positions.size(-1) != x.size(-2)
             or (positions.dim() == 2 and x.dim() != 4)):
-        raise ValueError(tr("ch8.err_rope_positions", T=x.size(-2), got=describe(positions)))
+        got = describe(positions) + f" {positions.dtype}"  # the dtype too: float positions are a common slip
+        raise ValueError(tr("ch8.err_rope_positions", T=x.size(-2), got=got))
     angles = rope_angles(positions, x.size(-1), base)  # [T, d/2] or [B, T, d/2]
     if angles.dim() == 3:
         angles = angles[:, None]  # [B, 1, T, d/2]: the same positions for every head

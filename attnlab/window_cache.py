@@ -108,6 +108,9 @@ def decode_greedy(model: GPT, prompt: torch.Tensor, steps: int, cache=None) -> t
     (a :class:`WindowKVCache` or :class:`attnlab.gpt.KVCache`), or, with ``cache=None``, by
     recomputing the whole sequence at every step. Returns [B, T0 + steps]."""
     steps = whole_number("steps", steps, low=0)
+    model.check_idx(prompt)
+    if prompt.size(1) == 0:
+        raise ValueError(tr("error.empty_prompt"))
     idx = prompt
     logits, _ = model(idx, cache=cache)  # prefill
     for _ in range(steps):

@@ -75,3 +75,11 @@ def test_a_padded_batch_gives_every_row_its_unpadded_logits(side):
     assert not torch.isnan(logits).any()  # pad queries read nothing: SDPA gives 0, not NaN
     for b, row in enumerate(rows):
         assert torch.allclose(logits[b][keep[b]], model(torch.tensor([row]))[0][0], atol=1e-5)
+
+
+def test_positions_in_documents_takes_one_row_and_explains_wrong_ids():
+    assert positions_in_documents(torch.tensor([0, 0, 1, 1, 1])).tolist() == [0, 1, 0, 1, 2]
+    with pytest.raises(TypeError, match=r"document_ids must be a \[B, T\] integer tensor"):
+        positions_in_documents([[0, 0, 1]])
+    with pytest.raises(ValueError, match=r"document_ids must be a \[B, T\] integer tensor; got shape \(1, 3\), torch.float32"):
+        positions_in_documents(torch.tensor([[0.0, 0.0, 1.0]]))

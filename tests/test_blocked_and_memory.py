@@ -213,3 +213,14 @@ def test_attend_tiles_in_two_halves_equals_one_pass_and_survives_fully_masked_ro
     out = finish_states(states, q.dtype)
     assert not out.isnan().any()
     assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+
+
+def test_start_states_explains_a_bad_query_tensor_or_block():
+    from attnlab.blocked import start_states
+
+    q = torch.randn(1, 2, 8, 4)
+    with pytest.raises(TypeError, match=r"start_states takes this rank's queries q as a tensor \[\.\.\., S_q, d\]"):
+        start_states(q.tolist(), 4, 2)  # ring.error_states_q
+    with pytest.raises(ValueError, match="block must be at least 1; got 0"):
+        start_states(q, 4, 0)
+    assert len(start_states(q, 4, 3)) == 3  # tiles of 3, 3 and 2 queries

@@ -173,3 +173,10 @@ def test_pass_on_buffers_on_the_cpu_are_found_without_a_gpu_and_nothing_else_is(
     for fn in (ch9.pass_on, *ch9.PASS_ON.alternatives, *ch9.PASS_ON.mutants.values(), blocking_pass_on,
                pass_on_with_a_typo):
         assert not ch9._cpu_buffers(fn), fn.__name__
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_the_deadlock_message_fits_the_graders_limit_for_a_raised_message(lang):
+    # judge.failed_call cuts an exception's message after 160 characters: the advice must survive
+    message = i18n.tr("ch9.ex_deadlock", lang=lang, seconds=ch9.RING_TIMEOUT_S)
+    assert len(message) <= 160 and "rank - 1" in message

@@ -221,3 +221,14 @@ def test_training_uses_one_thread_and_restores_the_setting():
     finally:
         torch.set_num_threads(previous)
     assert runs[0] == runs[1]  # the same losses, bit for bit, whatever the caller's thread count
+
+
+@pytest.mark.parametrize("options, error, match", [
+    ({"causal": "False"}, TypeError, "causal must be True or False; got 'False'"),  # error.flag: a non-empty string is true
+    ({"bias": 1}, TypeError, "bias must be True or False; got 1"),
+    ({"dropout": 1.5}, ValueError, "dropout must be a number from 0 to 1"),  # error.config_dropout
+    ({"dropout": "0.1"}, ValueError, "dropout must be a number from 0 to 1"),
+])
+def test_config_flags_and_dropout_are_checked(options, error, match):
+    with pytest.raises(error, match=match):
+        GPTConfig(vocab_size=10, **options)

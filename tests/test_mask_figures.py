@@ -48,3 +48,10 @@ def test_explorer_refuses_bad_input_in_the_readers_language():
         attnlab.set_language("en")
     with pytest.raises(ValueError, match="window"):
         mask_combination_explorer(lengths=(3,), documents=((0, 0, 0),), window=0)
+
+
+def test_reach_figure_takes_nested_lists_and_one_matrix():
+    assert len(reach_figure([[[True, False], [True, True]]], ["1"]).axes) == 1
+    assert len(reach_figure(build_mask("causal", 4), ["1"]).axes) == 1
+    with pytest.raises(ValueError, match="reach"):
+        reach_figure([[True, False]], ["1"])  # one row: not a [T, T] table

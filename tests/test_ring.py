@@ -128,8 +128,8 @@ def test_other_bad_inputs_are_explained_in_the_readers_language():
         shard_positions(16.0, 2, "contiguous")
     with pytest.raises(ValueError, match="block must be a positive divisor of 8 .*; got 3"):
         expected_tiles(16, 2, "contiguous", 3)
-    with pytest.raises(ValueError, match="block must be a positive divisor of 8 .*; got 0"):
-        run_ring([RingJob(T=16, block=0)], 2)
+    with pytest.raises(ValueError, match="block must be at least 1; got 0"):
+        run_ring([RingJob(T=16, block=0)], 2)  # a block that does not divide S is fine there: ragged tiles
     with pytest.raises(ValueError, match="method must be ring, allgather or pass; got 'broadcast'"):
         run_ring([RingJob(T=16, method="broadcast")], 2)
     with pytest.raises(TypeError, match="non-empty list of RingJob"):
@@ -146,9 +146,56 @@ def test_other_bad_inputs_are_explained_in_the_readers_language():
         attnlab.set_language("en")
 
 
+def pass_on_that_raises(k, v, group=None):
+    raise ArithmeticError("a bug in the caller's pass_on")
+
+
 def test_an_error_inside_a_rank_is_raised_in_the_caller_with_its_traceback():
-    with pytest.raises(RuntimeError, match="(?s)Rank [01] failed:\nTraceback .*in run_jobs"):
-        run_ring([RingJob(T=8, d=0)], 2, timeout_s=60)  # d = 0: empty heads, the check with SDPA fails on every rank
+    with pytest.raises(RuntimeError, match="(?s)Rank [01] failed:\nTraceback .*in run_jobs.*a bug in the caller's pass_on"):
+        run_ring([RingJob(T=8)], 2, timeout_s=60, code={"pass_on": pass_on_that_raises})
+
+
+@pytest.mark.parametrize("job, error, match", [
+    (RingJob(T=16, heads=0), ValueError, "heads must be at least 1; got 0"),
+    (RingJob(T=16, d=0), ValueError, "d must be at least 1; got 0"),
+    (RingJob(T=16, batch=0), ValueError, "batch must be at least 1; got 0"),
+    (RingJob(T=16, repeats=0), ValueError, "repeats must be at least 1; got 0"),
+    (RingJob(T=16, seed=-1), ValueError, "seed must be at least 0; got -1"),
+    (RingJob(T=16, causal="no"), TypeError, "causal must be True or False; got 'no'"),  # ring.error_flag
+])
+def test_every_field_of_a_job_is_checked_before_any_process_starts(job, error, match):
+    with pytest.raises(error, match=match):
+        run_ring([job], 2)
+
+
+def test_the_flag_message_speaks_the_readers_language():
+    attnlab.set_language("zh")
+    try:
+        with pytest.raises(TypeError, match="keep_output 必须是 True 或 False"):
+            run_ring([RingJob(T=16, keep_output=1)], 2)
+    finally:
+        attnlab.set_language("en")
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, "10"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(timeout_s):
+    with pytest.raises(ValueError, match="timeout_s must be a positive number"):
+        run_ring([RingJob(T=16)], 2, timeout_s=timeout_s)
+
+
+def test_a_script_without_a_main_guard_can_call_run_ring(tmp_path):
+    # spawn/forkserver run the main script again in every new process; run_ring starts them without it
+    import subprocess
+    import sys
+
+    script = tmp_path / "my_ring.py"
+    script.write_text("from attnlab.ring import RingJob, run_ring\n"
+                      "print('ran', [r.max_abs_diff < 1e-5 for r in run_ring([RingJob(T=8, block=2)], 2)[0].ranks])\n")
+    root = ring.__file__.replace("/attnlab/ring.py", "")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ran [True, True]\n"  # once: the processes did not run the script again
 
 
 def defined_in_notebook(name: str) -> str:
@@ -210,7 +257,7 @@ def test_the_callers_own_functions_run_on_the_ring_and_a_wrong_one_is_caught():
 
 
 def test_receiving_before_sending_deadlocks_and_the_timeout_ends_it():
-    with pytest.raises(RuntimeError, match="did not finish within 3 s"):
+    with pytest.raises(RuntimeError, match="did not finish within 3 s. In a ring this is most often a deadlock"):
         run_ring([RingJob(T=16, block=2)], 2, code={"pass_on": receive_first}, timeout_s=3)
 
 
@@ -219,3 +266,12 @@ def test_code_that_is_not_a_function_is_explained():
         run_ring([RingJob(T=16)], 2, code="ring_attention")
     with pytest.raises(TypeError, match="your own functions"):
         run_ring([RingJob(T=16)], 2, code={"pass_on": 3})
+    with pytest.raises(TypeError, match="your own functions .*; got 3"):
+        run_ring([RingJob(T=16)], 2, code=3)
+    with pytest.raises(TypeError, match="your own functions .*; got 'def pass_on"):
+        run_ring([RingJob(T=16)], 2, code="def pass_on(k, v, group=None): ...")
+
+
+def test_a_lambda_is_refused_because_it_has_no_source_of_its_own():
+    with pytest.raises(TypeError, match="a lambda has none of its own"):  # ring.error_code_lambda
+        run_ring([RingJob(T=16)], 2, code={"pass_on": lambda k, v, group=None: (k, v, [])})

@@ -50,7 +50,7 @@ def test_timeline_and_layout_figures_draw_without_processes():
     (dict(P=9), ValueError, "P must be between 1 and 8; got 9"),
     (dict(T=12, layouts=["zigzag"]), ValueError, "12 tokens cannot be cut into 8"),
     (dict(layouts=["diagonal"]), ValueError, "layouts must be a non-empty list of contiguous, striped, zigzag"),
-    (dict(block=0), ValueError, "block must be a positive divisor"),
+    (dict(block=0), ValueError, "block must be at least 1; got 0"),
     (dict(P="4"), TypeError, "P must be a whole number"),
 ])
 def test_explorer_refuses_bad_sizes_with_clear_messages(kwargs, error, match):

@@ -78,3 +78,8 @@ def test_wrong_positions_or_inputs_are_explained():
     with pytest.raises(TypeError, match="float tensor"):
         apply_rope([[1.0, 2.0]], torch.arange(1))
     assert torch.equal(apply_rope(x, [0, 1, 2]), apply_rope(x, torch.arange(3)))  # a list of positions is fine
+
+
+def test_float_positions_are_named_with_their_dtype():
+    with pytest.raises(ValueError, match=r"one per token: \[T\] or \[B, T\] with T=3; got Tensor \(3,\) torch.float32"):
+        apply_rope(torch.randn(1, 1, 3, 4), torch.tensor([0.0, 1.0, 2.0]))

@@ -84,6 +84,8 @@ def test_bad_sizes_and_wrong_objects_are_explained():
         decode_greedy(model, prompt, 2, "cache")
     with pytest.raises(ValueError, match="vocab_size - 1 = 49"):
         decode_greedy(model, torch.full((1, 3), 50), 2)
+    with pytest.raises(ValueError, match="The prompt is empty"):
+        decode_greedy(model, torch.zeros(1, 0, dtype=torch.long), 2)
 
 
 @pytest.mark.parametrize("options", [{}, {"positions": "rope", "n_kv_head": 2}, {"attention": "explicit"}])

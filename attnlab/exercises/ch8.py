@@ -155,6 +155,7 @@ SLIDING_WINDOW_MASK = Task(
         "off_by_one": square_rule(lambda i, j, W: (j <= i) & (i - j <= W)),
         "not_causal": square_rule(lambda i, j, W: (i - j).abs() < W),
         "future_window": square_rule(lambda i, j, W: (j >= i) & (j - i < W)),
+        "causal_flipped": square_rule(lambda i, j, W: (j >= i) & (i - j < W)),  # every later key: the whole upper triangle
         "first_keys": square_rule(lambda i, j, W: (j <= i) & (j < W)),
         "window_too_small": square_rule(lambda i, j, W: (j <= i) & (i - j < W - 1)),
         "window_ignored": lambda T, W: sliding_window_mask(T, 3),  # the worked example's W, hard-coded
