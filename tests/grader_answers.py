@@ -643,6 +643,14 @@ def _block_upper_triangle(block, x):
     return x + block.mlp(block.norm_2(x))
 
 
+def _padded_logits_on_the_right(model, ids, pad):
+    """Pads on the right with the matching mask and keeps the real rows: right for RoPE, not for GPT-2."""
+    model.eval()
+    full = F.pad(ids, (0, pad))
+    mask = F.pad(torch.ones_like(ids), (0, pad))
+    return model(input_ids=full, attention_mask=mask).logits[:, :ids.size(1)]
+
+
 def _padded_logits_with_pads(model, ids, pad):
     """The right logits, plus a zero row where the padding sits: a shape the task does not ask for."""
     out = _ref("ch10.padded_logits")(model, ids, pad)
@@ -876,7 +884,9 @@ WRONG.update({
     "ch10.padded_logits": [("ids edited in place", edits_input("ch10.padded_logits"), I),
                            ("logits of the padded positions left in", _padded_logits_with_pads,
                             "grader.ch10.padded_logits.padding_rows"),
-                           ("every position returned", _padded_logits_unsliced, "grader.ch10.padded_logits.padding_rows")],
+                           ("every position returned", _padded_logits_unsliced, "grader.ch10.padded_logits.padding_rows"),
+                           ("right padding, first T rows kept", _padded_logits_on_the_right,
+                            M + "ch10.padded_logits.right_side_first_rows")],
     "ch10.leaky_models": [("ids edited in place", edits_input("ch10.leaky_models"), I),
                           ("every model called leaky", lambda models, ids, atol=1e-5: [True] * len(models),
                            "grader.ch10.leaky_models.all_leaky")],

@@ -563,3 +563,26 @@ def test_a_mistake_the_tasks_own_judge_names_is_not_also_called_hard_coded():
     assert {f.problem.key for f in Grader(named, lambda n: 0, 5.0).grade().failures} == {"grader.test.own_judge.zero"}
     plain = task(None)
     assert {f.problem.key for f in Grader(plain, lambda n: 0, 5.0).grade().failures} == {"grader.hardcoded"}
+
+
+def test_a_model_output_object_instead_of_its_logits_is_named():
+    from attnlab.exercises.ch10 import eval_mode, padded_logits
+
+    def whole_output(model, ids, pad):
+        B, T = ids.shape
+        full = torch.cat([torch.zeros(B, pad, dtype=ids.dtype), ids], dim=1)
+        mask = torch.cat([torch.zeros(B, pad, dtype=torch.long), torch.ones(B, T, dtype=torch.long)], dim=1)
+        with eval_mode(model):
+            return model(input_ids=full, attention_mask=mask)  # forgot .logits
+
+    result = grader.grade("ch10.padded_logits", whole_output)
+    assert result.points == 0 and keys(result) == {"grader.model_output"}, result.text()
+    assert ".logits" in result.text() and ".logits" in result.text("de") and ".logits" in result.text("zh")
+    assert grader.grade("ch10.padded_logits", padded_logits).points == result.total
+
+
+def test_model_output_objects_in_a_list_answer_are_named():
+    from transformers.modeling_outputs import CausalLMOutput
+
+    problem = grader.compare_outputs([True, False], [CausalLMOutput(logits=torch.zeros(1)), False])
+    assert problem.key == "grader.model_output_in_answer" and problem.params == {"got": "CausalLMOutput"}

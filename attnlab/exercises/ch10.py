@@ -139,6 +139,7 @@ PADDED_LOGITS = Task(
     compare=_compare_logits,
     mutants={
         "wrong_side": _adapter_mutant(side="right"),
+        "right_side_first_rows": _adapter_mutant(side="right", keep="first"),  # right padding, its real rows
         "no_attention_mask": _adapter_mutant(mask="none"),
         "mask_inverted": _adapter_mutant(mask="inverted"),
         "keeps_padding": _adapter_mutant(keep="first"),

@@ -46,6 +46,11 @@ def _type_name(x: Any) -> str:
     return "None" if x is None else type(x).__name__
 
 
+def _model_output(x: Any) -> bool:
+    """A model's output object (transformers' ModelOutput and the like): it carries ``.logits``."""
+    return not isinstance(x, torch.Tensor) and isinstance(getattr(x, "logits", None), torch.Tensor)
+
+
 def _plain(x: Any) -> Any:
     """Python values for comparison: tuples -> lists, 0-d tensors and integral floats -> numbers."""
     if isinstance(x, torch.Tensor) and x.dim() == 0:
@@ -93,6 +98,8 @@ def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1
     if isinstance(expected, torch.Tensor):
         if type(got).__name__ == "CausalBias":  # causal_lower_right(...): a tensor subclass that only SDPA reads
             return Problem("grader.causal_bias")
+        if _model_output(got):
+            return Problem("grader.model_output", {"got": _type_name(got)})
         if not isinstance(got, torch.Tensor):
             return Problem("grader.not_tensor", {"got": _type_name(got)})
         if got.shape != expected.shape:
@@ -115,6 +122,9 @@ def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1
             if problem is not None:
                 return Problem("grader.returned_item", {"n": n + 1, "total": len(expected)}, detail=problem)
         return None
+    outputs = [g for g in (got if isinstance(got, (list, tuple)) else [got]) if _model_output(g)]
+    if outputs and not any(_model_output(e) for e in (expected if isinstance(expected, (list, tuple)) else [expected])):
+        return Problem("grader.model_output_in_answer", {"got": _type_name(outputs[0])})
     expected_plain, got_plain = _plain(expected), _plain(got)
     if isinstance(expected_plain, list) and not isinstance(got_plain, list):
         return Problem("grader.wrong_type", {"expected": _type_name(expected), "got": _type_name(got)})
