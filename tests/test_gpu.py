@@ -106,7 +106,7 @@ MASKED_BACKENDS = ["MATH", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
 
 
 def left_padded_mask(lengths: list[int], T: int) -> torch.Tensor:
-    """[B, 1, T, T] bool: causal, and keys before each row's padding are hidden."""
+    """[B, 1, T, T] bool: causal, and each row's padding keys (its first T - length slots) are hidden."""
     keys = torch.arange(T, device="cuda")
     real_key = keys[None, :] >= (T - torch.tensor(lengths, device="cuda"))[:, None]  # [B, T]
     return causal_allowed(T, device="cuda")[None, None] & real_key[:, None, None, :]
