@@ -254,13 +254,11 @@ def test_the_jacobian_test_reads_the_real_tokens_columns_on_either_side():
     from attnlab.audit import test_maps
     from attnlab.causality import find_leaks
 
-    ids = torch.randint(1, 128, (1, 5), generator=torch.Generator().manual_seed(0))
-    model = tiny_model("llama", "sdpa")
-    for side in ("none", "left", "right"):
-        adapter = Adapter(model, side)
-        jacobian = test_maps(adapter, ids)["jacobian"]  # [T, T]
-        assert jacobian.shape == (5, 5) and bool((torch.diagonal(jacobian) > 0).all()), side  # output t reads input t
-        assert find_leaks(adapter, ids, embedding=adapter.get_input_embeddings()) == \
-            {"prefix": None, "cut": None, "jacobian": None}, side
+    ids = torch.randint(1, 128, (1, 4), generator=torch.Generator().manual_seed(0))
+    right = Adapter(tiny_model("llama", "sdpa"), "right")
+    jacobian = test_maps(right, ids)["jacobian"]  # [T, T]
+    assert jacobian.shape == (4, 4) and bool((torch.diagonal(jacobian) > 0).all())  # output t reads input t
+    left = Adapter(right.model, "left")  # find_leaks takes a padded adapter too (its embedding returns pad + T vectors)
+    assert find_leaks(left, ids, embedding=left.get_input_embeddings()) == {"prefix": None, "cut": None, "jacobian": None}
     encoder = Adapter(tiny_model("t5", "sdpa"), "right", part="encoder")
     assert find_leaks(encoder, ids, embedding=encoder.get_input_embeddings())["jacobian"] == (0, 1)
