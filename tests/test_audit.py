@@ -259,6 +259,7 @@ def test_the_jacobian_test_reads_the_real_tokens_columns_on_either_side():
     jacobian = test_maps(right, ids)["jacobian"]  # [T, T]
     assert jacobian.shape == (4, 4) and bool((torch.diagonal(jacobian) > 0).all())  # output t reads input t
     left = Adapter(right.model, "left")  # find_leaks takes a padded adapter too (its embedding returns pad + T vectors)
-    assert find_leaks(left, ids, embedding=left.get_input_embeddings()) == {"prefix": None, "cut": None, "jacobian": None}
+    leaks = find_leaks(left, ids, embedding=left.get_input_embeddings())
+    assert leaks == {"prefix": None, "cut": None, "jacobian": None}
     encoder = Adapter(tiny_model("t5", "sdpa"), "right", part="encoder")
     assert find_leaks(encoder, ids, embedding=encoder.get_input_embeddings())["jacobian"] == (0, 1)
