@@ -247,6 +247,12 @@ class Adapter(nn.Module):
         """Where the real tokens are in a padded row of T real tokens."""
         return slice(self.pad, self.pad + T) if self.padding == "left" else slice(0, T)
 
+    def real_columns(self, T: int) -> slice:
+        """Where the vectors of the T real tokens are among those the tested embedding returns (the
+        columns of chapter 5's Jacobian map): after the padding on the left, before it on the right;
+        a decoder (T5) is not padded."""
+        return slice(0, T) if self.part == "decoder" else self._real(T)
+
     def _positions(self, mask):
         """``position_ids`` [B, pad + T] that count only the real tokens, if the model takes them."""
         if mask is None or not self.takes_positions:
@@ -446,7 +452,7 @@ def test_maps(adapter: Adapter, ids: torch.Tensor, seed: int = 0) -> dict:
     T = ids.size(1)
     jacobian = jacobian_map(adapter, ids, adapter.get_input_embeddings(), seed)  # [T, P + T] when padded
     return {"prefix": dependence_map(adapter, ids, seed), "cut": cut_map(adapter, ids),
-            "jacobian": jacobian[:, -T:]}  # the real tokens' columns
+            "jacobian": jacobian[:, adapter.real_columns(T)]}  # the real tokens' columns (right padding: the first T)
 
 
 def leaks_of(adapter: Adapter, ids: torch.Tensor, atol: float = ATOL, seed: int = 0) -> dict:

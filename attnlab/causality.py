@@ -239,11 +239,16 @@ def _checked_jacobian_map(model, idx: torch.Tensor, embedding: nn.Module | None,
     if not calls:
         raise ValueError(tr("ch5.embedding_unused", got=type(embedding).__name__))
     out = calls[0]
-    if not isinstance(out, torch.Tensor) or out.dim() != 3 or tuple(out.shape[:2]) != tuple(idx.shape):
+    columns = getattr(model, "real_columns", None)  # a padding adapter (chapter 10): where the real tokens are
+    padded = (callable(columns) and isinstance(out, torch.Tensor) and out.dim() == 3
+              and out.size(0) == idx.size(0) and out.size(1) > idx.size(1))
+    if not padded and (not isinstance(out, torch.Tensor) or out.dim() != 3 or tuple(out.shape[:2]) != tuple(idx.shape)):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else describe(out)
         raise ValueError(tr("error.embedding_shape", name=type(embedding).__name__, idx=tuple(idx.shape),
                             T=idx.size(1), got=got))
     jac = jacobian_map(model, idx, embedding, seed)
+    if padded:  # [T, pad + T]: the columns of the real tokens
+        jac = jac[:, columns(idx.size(1))]
     if not bool(torch.diagonal(jac).any()):
         raise ValueError(tr("ch5.embedding_unused", got=type(embedding).__name__))
     return jac

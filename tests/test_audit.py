@@ -246,3 +246,20 @@ def test_changed_configs_bert_as_a_decoder_and_right_padding_rows():
     assert no_cache[0].cache_ok is None and no_cache[0].as_expected  # a head that returns no cache: column empty
     right = audit("mistral", implementations=("sdpa",), paddings=("right",), T=5)
     assert right[0].padding_ok and "right" in audit_table(right)
+
+
+def test_the_jacobian_test_reads_the_real_tokens_columns_on_either_side():
+    # the embedding of a padded run returns pad + T vectors; the real tokens come first with right
+    # padding: the last T columns would be the wrong ones there (an output against the input 3 later)
+    from attnlab.audit import test_maps
+    from attnlab.causality import find_leaks
+
+    ids = torch.randint(1, 128, (1, 4), generator=torch.Generator().manual_seed(0))
+    right = Adapter(tiny_model("llama", "sdpa"), "right")
+    jacobian = test_maps(right, ids)["jacobian"]  # [T, T]
+    assert jacobian.shape == (4, 4) and bool((torch.diagonal(jacobian) > 0).all())  # output t reads input t
+    left = Adapter(right.model, "left")  # find_leaks takes a padded adapter too (its embedding returns pad + T vectors)
+    leaks = find_leaks(left, ids, embedding=left.get_input_embeddings())
+    assert leaks == {"prefix": None, "cut": None, "jacobian": None}
+    encoder = Adapter(tiny_model("t5", "sdpa"), "right", part="encoder")
+    assert find_leaks(encoder, ids, embedding=encoder.get_input_embeddings())["jacobian"] == (0, 1)
