@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from .causality import cut_map, dependence_map, first_leak, jacobian_map
+from .i18n import display_width as _width
 from .i18n import get_language, set_language, tr
 from .inputs import describe, whole_number
 
@@ -517,12 +518,6 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
     return rows
 
 
-def _width(text: str) -> int:
-    import unicodedata
-
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def audit_table(rows: list[AuditRow]) -> str:
     """The audit as a text table in the reader's language: one line per row, '-' = no leak found."""
     header = [tr("audit.col_model"), tr("audit.col_impl"), tr("audit.col_padding")] \
@@ -534,7 +529,7 @@ def audit_table(rows: list[AuditRow]) -> str:
         cache = "-" if row.cache_ok is None else tr("audit.yes" if row.cache_ok else "audit.no")
         padded = "-" if row.padding_ok is None else tr("audit.yes" if row.padding_ok else "audit.no")
         verdict = tr("audit.expected_causal" if row.expected_causal else "audit.expected_bidirectional")
-        verdict += " " + tr("audit.ok" if row.as_expected else "audit.wrong")
+        verdict += ("" if verdict.endswith("：") else " ") + tr("audit.ok" if row.as_expected else "audit.wrong")
         lines.append([name, row.implementation, tr(f"audit.padding_{row.padding}")]
                      + [str(row.leaks[test] or "-") for test in ("prefix", "cut", "jacobian")] + [cache, padded, verdict])
     widths = [max(_width(line[i]) for line in lines) + 2 for i in range(len(header))]

@@ -8,7 +8,6 @@ any dependence are grey.
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Mapping, Sequence
 
 import ipywidgets as widgets
@@ -20,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .causality import TESTS, cut_map, dependence_map, first_leak, jacobian_map
+from .i18n import display_width as _width
 from .i18n import tr
 from .inputs import describe
 from .plotting import BLOCKED_GREY, LEAK_EDGE, figure_png
@@ -144,11 +144,6 @@ def leaks_line(leaks: Mapping[str, tuple[int, int] | None]) -> str:
     if not isinstance(leaks, Mapping) or set(leaks) != set(TESTS):
         raise ValueError(tr("error.leaks_line", tests=", ".join(TESTS), got=describe(leaks)))
     return tr("ch5.leaks_line", **{test: str(leaks[test]) if leaks[test] is not None else "-" for test in TESTS})
-
-
-def _width(text: str) -> int:
-    """Columns a string takes in a monospaced font (a Chinese character takes two)."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def leak_table(maps: Mapping[str, Mapping[str, torch.Tensor]]) -> str:

@@ -15,6 +15,7 @@ languages with the same placeholders.
 from __future__ import annotations
 
 import string
+import unicodedata
 import tomllib
 from functools import lru_cache
 from importlib import resources
@@ -61,3 +62,13 @@ def tr(key: str, lang: str | None = None, **values) -> str:
 def placeholders(text: str) -> set[str]:
     """Names of the ``{placeholders}`` in a message."""
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def display_width(text: str) -> int:
+    """Columns ``text`` takes in a monospaced font: a Chinese character (wide or full-width) takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` columns, so that printed columns line up in every language."""
+    return text + " " * max(0, width - display_width(text))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import math
-import unicodedata
 
 import matplotlib
 import numpy as np
@@ -26,6 +25,7 @@ from PIL import Image
 
 from . import inputs
 from .fonts import register_fonts
+from .i18n import display_width as _display_width
 from .i18n import tr
 
 register_fonts()  # Chinese labels fall back to the bundled CJK subset, also without attnlab.setup()
@@ -112,10 +112,6 @@ def wrap_text(text: str, width: float, fontsize: float = CAPTION_FONTSIZE) -> st
                 line, line_width = (f"{line} {word}", line_width + space + word_width) if line else (word, word_width)
         lines.append(line)
     return "\n".join(lines)
-
-
-def _display_width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def short_token(token: str, width: int = MAX_LABEL_WIDTH) -> str:

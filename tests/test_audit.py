@@ -229,7 +229,7 @@ def test_the_command_line_answers_bad_arguments_in_the_readers_language(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help", "--lang", "de"])
     out = capsys.readouterr().out
-    assert exit_.value.code == 0 and "Aufruf:" in out and "diese Hilfe zeigen" in out and "Optionen" in out
+    assert exit_.value.code == 0 and "Aufruf:" in out and "diese Hilfe anzeigen" in out and "Optionen" in out
     assert i18n.get_language() == "en"  # --lang holds for the call only
 
 
