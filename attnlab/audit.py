@@ -529,7 +529,10 @@ def audit_table(rows: list[AuditRow]) -> str:
         cache = "-" if row.cache_ok is None else tr("audit.yes" if row.cache_ok else "audit.no")
         padded = "-" if row.padding_ok is None else tr("audit.yes" if row.padding_ok else "audit.no")
         verdict = tr("audit.expected_causal" if row.expected_causal else "audit.expected_bidirectional")
-        verdict += ("" if verdict.endswith("：") else " ") + tr("audit.ok" if row.as_expected else "audit.wrong")
+        # a leak only where a test found one; a cache or padding that disagrees is named as such
+        word = "audit.ok" if row.as_expected else "audit.wrong" if row.causal != row.expected_causal \
+            else "audit.mismatch"
+        verdict += ("" if verdict.endswith("：") else " ") + tr(word)  # no space after a full-width colon
         lines.append([name, row.implementation, tr(f"audit.padding_{row.padding}")]
                      + [str(row.leaks[test] or "-") for test in ("prefix", "cut", "jacobian")] + [cache, padded, verdict])
     widths = [max(_width(line[i]) for line in lines) + 2 for i in range(len(header))]

@@ -871,6 +871,55 @@ def _backward_flops_rewrite(T, block, d):
     return flops
 
 
+def _leaky_by_probabilities(models, ids, atol=1e-5):
+    """The prefix test on softmax probabilities instead of logits: a 1e-4 leak shrinks below atol."""
+    flags = []
+    for model in models:
+        model.eval()
+        with torch.no_grad():
+            base = model(input_ids=ids).logits.softmax(-1)[0]
+            leak = False
+            for s in range(1, ids.size(1)):
+                other = ids.clone()
+                other[0, s] = 0
+                leak = leak or bool(((model(input_ids=other).logits.softmax(-1)[0, :s] - base[:s]).abs() > atol).any())
+        flags.append(leak)
+    return flags
+
+
+def _score_grad_d_mean(a, da, d_out, out):
+    """D as the row mean of dO * O (divided by d)."""
+    return a * (da - (d_out * out).mean(dim=-1, keepdim=True))
+
+
+def _tile_scores_filled_with_zero(q, k, v, d_out, lse, D, blocked):
+    """The blocked scores set to 0.0 instead of -inf before exp."""
+    scale = q.shape[-1] ** -0.5
+    s = torch.where(blocked, torch.zeros(()), q @ k.T * scale)
+    p = torch.exp(s - lse[:, None])
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+
+def _tile_d_without_none(q, k, v, d_out, lse, D, blocked):
+    scale = q.shape[-1] ** -0.5
+    p = torch.exp((q @ k.T * scale).masked_fill(blocked, float("-inf")) - lse.unsqueeze(1))
+    ds = p * (d_out @ v.T - D)
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+
+def _backward_flops_below_diagonal(T, block, d):
+    """Only the tiles strictly below the diagonal (j < i)."""
+    n = -(-T // block)
+    return sum(10 * min(block, T - i * block) * min(block, T - j * block) * d for i in range(n) for j in range(i))
+
+
+def _backward_flops_floor_tiles(T, block, d):
+    """n = T // block: the last, shorter tile forgotten."""
+    n = T // block
+    return sum(10 * block * block * d for i in range(n) for j in range(i + 1))
+
+
 WRONG.update({
     "ch4.causal_block": [("x edited in place", edits_input("ch4.causal_block"), I),
                          ("peeks at the next position", _block_peeks_ahead, M + "ch4.causal_block.reads_next"),
@@ -889,13 +938,18 @@ WRONG.update({
                             M + "ch10.padded_logits.right_side_first_rows")],
     "ch10.leaky_models": [("ids edited in place", edits_input("ch10.leaky_models"), I),
                           ("every model called leaky", lambda models, ids, atol=1e-5: [True] * len(models),
-                           "grader.ch10.leaky_models.all_leaky")],
+                           "grader.ch10.leaky_models.all_leaky"),
+                          ("probabilities compared", _leaky_by_probabilities, M + "ch10.leaky_models.loose_tolerance")],
     "ch11.score_grad": [("dp edited in place", edits_input("ch11.score_grad"), I),
                         ("a CPU tensor mixed in", cpu_tensor("ch11.score_grad"), D),
-                        ("D summed without keepdim", _score_grad_d_without_keepdim, M + "ch11.score_grad.d_without_keepdim")],
+                        ("D summed without keepdim", _score_grad_d_without_keepdim, M + "ch11.score_grad.d_without_keepdim"),
+                        ("D as a mean", _score_grad_d_mean, M + "ch11.score_grad.d_mean")],
     "ch11.tile_backward": [("q edited in place", edits_input("ch11.tile_backward"), I),
                            ("a CPU tensor mixed in", cpu_tensor("ch11.tile_backward"), D),
-                           ("lse without [:, None]", _tile_lse_without_none, M + "ch11.tile_backward.lse_without_none")],
+                           ("lse without [:, None]", _tile_lse_without_none, M + "ch11.tile_backward.lse_without_none"),
+                           ("blocked scores set to 0", _tile_scores_filled_with_zero,
+                            M + "ch11.tile_backward.masked_with_zero"),
+                           ("D without [:, None]", _tile_d_without_none, M + "ch11.tile_backward.d_without_none")],
     "ch11.saved_bytes": [("example hard-coded", _hard_coded("ch11.saved_bytes", 1, 2, 64, 16, 4), "grader.hardcoded"),
                          ("bits instead of bytes", _saved_bytes_in_bits, M + "ch11.saved_bytes.bits_not_bytes"),
                          ("8 * the tuple (repeats it)", lambda *args: 8 * _ref("ch11.saved_bytes")(*args), "grader.length")],
@@ -903,7 +957,10 @@ WRONG.update({
                             ("one FLOP per multiply-add", _backward_flops_without_factor_2,
                              M + "ch11.backward_flops.multiply_adds"),
                             ("diagonal tiles counted as half", _backward_flops_diagonal_half,
-                             M + "ch11.backward_flops.diagonal_half")],
+                             M + "ch11.backward_flops.diagonal_half"),
+                            ("diagonal tiles left out", _backward_flops_below_diagonal,
+                             M + "ch11.backward_flops.skips_diagonal"),
+                            ("T // block tiles", _backward_flops_floor_tiles, M + "ch11.backward_flops.whole_tiles_only")],
 })
 RIGHT.update({  # each written as another learner would, not one of the task's alternatives
     "ch4.causal_block": _block_rewrite,

@@ -81,6 +81,24 @@ def test_the_table_speaks_the_readers_language():
     assert "截断测试" in audit_table(rows)
 
 
+def test_the_verdict_names_a_leak_only_where_the_tests_found_one():
+    from attnlab.audit import AuditRow
+
+    none = {"prefix": None, "cut": None, "jacobian": None}
+    rows = [AuditRow("m", "sdpa", "none", None, True, none, False),  # cache disagrees, no leak found
+            AuditRow("m", "sdpa", "left", None, True, dict(none, prefix=(0, 1)), True, True)]
+    try:
+        for lang, ok, differ, leak in [("en", "must be causal: ok", "must be causal: OUTPUTS DIFFER",
+                                        "must be causal: LEAK"),
+                                       ("zh", "应为因果：符合", "应为因果：结果不一致", "应为因果：泄露")]:
+            i18n.set_language(lang)
+            first, second = audit_table(rows).splitlines()[1:]
+            assert first.endswith(differ) and second.endswith(leak), (first, second)
+            assert audit_table([AuditRow("m", "sdpa", "none", None, True, none, True)]).endswith(ok)
+    finally:
+        i18n.set_language("en")
+
+
 def test_bad_input_gets_a_clear_message():
     with pytest.raises(ValueError, match="model must be one of"):
         audit("gpt5")

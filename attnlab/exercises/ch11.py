@@ -53,6 +53,7 @@ SCORE_GRAD = Task(
         "d_over_queries": lambda p, dp, d_out, out: p * (dp - (p * dp).sum(dim=-2, keepdim=True)),
         # D of shape [B, T] lines up with the keys (what dp - D does at B = 1; at B > 1 it raises)
         "d_without_keepdim": lambda p, dp, d_out, out: p * (dp - (d_out * out).sum(dim=-1)[:, None, :]),
+        "d_mean": lambda p, dp, d_out, out: p * (dp - (d_out * out).mean(dim=-1, keepdim=True)),
     },
     alternatives=[
         lambda p, dp, d_out, out: p * (dp - (p * dp).sum(dim=-1, keepdim=True)),  # rowsum(P * dP) = rowsum(dO * O)
@@ -106,6 +107,22 @@ def _tile_with_softmax(q, k, v, d_out, lse, D, blocked):
         torch.einsum("qk,qd->kd", p, d_out)
 
 
+def _zero_filled_tile(q, k, v, d_out, lse, D, blocked):
+    """The blocked scores set to 0 instead of -inf: exp(0 - L) is not 0, the future gets weight."""
+    scale = 1 / math.sqrt(q.size(-1))
+    p = torch.exp((q @ k.T * scale).masked_fill(blocked, 0.0) - lse[:, None])
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+
+def _d_by_key(q, k, v, d_out, lse, D, blocked):
+    """D subtracted without [:, None]: on a square tile it broadcasts along the keys, D of query j at column j."""
+    scale = 1 / math.sqrt(q.size(-1))
+    p = torch.exp((q @ k.T * scale).masked_fill(blocked, float("-inf")) - lse[:, None])
+    ds = p * (d_out @ v.T - D)
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
+
+
 def _lse_by_key(q, k, v, d_out, lse, D, blocked):
     """lse subtracted without [:, None]: on a square tile it broadcasts along the keys, L of query j at column j."""
     scale = 1 / math.sqrt(q.size(-1))
@@ -129,6 +146,8 @@ TILE_BACKWARD = Task(
             q, k, v, d_out, (q @ k.T / math.sqrt(q.size(-1))).masked_fill(blocked, float("-inf")).logsumexp(-1),
             D, blocked),
         "lse_without_none": _lse_by_key,
+        "masked_with_zero": _zero_filled_tile,
+        "d_without_none": _d_by_key,
     },
     alternatives=[_tile_with_softmax],
 )
@@ -181,18 +200,19 @@ def backward_flops(T, block, d):
     return total
 
 
-FLOP_SIZES = [(10, 4, 8), (16, 4, 16), (11, 3, 4), (9, 3, 2), (14, 4, 2), (12, 5, 6)]  # (T, block, d)
+FLOP_SIZES = [(10, 4, 8), (16, 4, 16), (11, 3, 4), (10, 2, 2), (14, 4, 2), (12, 5, 6)]  # (T, block, d)
 
 
 def flop_cases(generator):
     return [Case((T, block, d), label=f"T={T}, block={block}, d={d}") for T, block, d in FLOP_SIZES]
 
 
-def _flops(T, block, d, products=5, skip=True, square=False, per_product=2, diagonal_half=False):
-    n = math.ceil(T / block)
+def _flops(T, block, d, products=5, skip=True, square=False, per_product=2, diagonal_half=False,
+           diagonal=True, whole_tiles=False):
+    n = T // block if whole_tiles else math.ceil(T / block)
     total = 0
     for i in range(n):
-        for j in range(n if not skip else i + 1):
+        for j in range(n if not skip else (i + 1 if diagonal else i)):
             rows = block if square else min(block, T - i * block)
             cols = block if square else min(block, T - j * block)
             flops = products * per_product * rows * cols * d
@@ -209,6 +229,8 @@ BACKWARD_FLOPS = Task(
         "square_tiles": lambda T, b, d: _flops(T, b, d, square=True),
         "multiply_adds": lambda T, b, d: _flops(T, b, d, per_product=1),
         "diagonal_half": lambda T, b, d: _flops(T, b, d, diagonal_half=True),
+        "skips_diagonal": lambda T, b, d: _flops(T, b, d, diagonal=False),
+        "whole_tiles_only": lambda T, b, d: _flops(T, b, d, whole_tiles=True),
     },
     alternatives=[
         _flops,
