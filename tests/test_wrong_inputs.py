@@ -171,7 +171,7 @@ LEARNER_46_CASES = [  # (key, exception, call, {lang: words})
     ("cache_device", ValueError,
      lambda: small_gpt()(IDX[:1], cache=KVCache(small_gpt().config, 1, 10, device="meta")),
      {"en": ["The cache lies on meta, the model on cpu", 'device="cpu"'],
-      "de": ["Der Cache liegt auf meta, das Modell auf cpu"], "zh": ["cache 位于 meta，模型却位于 cpu"]}),
+      "de": ["Der Cache liegt auf meta, das Modell auf cpu"], "zh": ["缓存位于 meta，模型却位于 cpu"]}),
     ("more_queries_than_keys", ValueError, _causal_indices(5, 3),
      {"en": ["more queries than keys (T_q = 5 > T_kv = 3)"], "de": ["mehr Queries als Keys (T_q = 5 > T_kv = 3)"],
       "zh": ["查询多于键（T_q = 5 > T_kv = 3）"]}),
@@ -222,7 +222,7 @@ def test_a_prompt_that_fills_block_size_says_what_to_feed_and_right_inputs_still
     model = small_gpt(block_size=6)
     assert_message_in_languages(ValueError, lambda: model.generate(IDX[:1], 1),
                                 {"en": ["exceed the model's block_size = 6", "idx[:, -block_size:]"],
-                                 "de": ["höchstens block_size Tokens"], "zh": ["最多给模型 block_size 个 token"]})
+                                 "de": ["höchstens block_size Tokens"], "zh": ["最多只给模型输入 block_size 个 token"]})
     assert model.generate(IDX[:1, :4], 2).shape == (1, 6)
     assert causal_allowed_from_indices(3, 3).equal(torch.ones(3, 3, dtype=torch.bool).tril())
     maps = _leaky_maps()

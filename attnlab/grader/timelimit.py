@@ -26,9 +26,12 @@ abandoned after the limit (Python cannot stop a thread inside C code). A single 
 from __future__ import annotations
 
 import ctypes
+import linecache
 import signal
 import sys
 import threading
+import tokenize
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -39,6 +42,9 @@ _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
 _set_async_exc.restype = ctypes.c_int
 _HERE = __file__
+# Python's own error reporting (an exception it cannot raise goes to sys.unraisablehook, which
+# formats a traceback): the re-raising tracer leaves it alone, or that report fails in its turn.
+_SPARED = frozenset({traceback.__file__, linecache.__file__, tokenize.__file__})
 
 
 class TimeLimitExceeded(BaseException):
@@ -102,7 +108,8 @@ class _Deadline:
         state, boundary = self.state, self.boundary
 
         def tracer(frame, event, arg):
-            if state[1] or frame is boundary or frame.f_code.co_filename == _HERE:
+            if state[1] or frame is boundary or frame.f_code.co_filename == _HERE \
+                    or frame.f_code.co_filename in _SPARED:
                 return None
             raise _TimeLimitAgain
 
