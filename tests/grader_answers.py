@@ -643,6 +643,19 @@ def _block_upper_triangle(block, x):
     return x + block.mlp(block.norm_2(x))
 
 
+def _leaky_last_token_only(models, ids, atol=1e-5):
+    """A prefix test that changes only the last token, in no_grad and with allclose."""
+    flags = []
+    with torch.no_grad():
+        for model in models:
+            model.eval()
+            other = ids.clone()
+            other[:, -1] = 1 if int(ids[0, -1]) != 1 else 2
+            before, after = model(input_ids=ids).logits, model(input_ids=other).logits
+            flags.append(not torch.allclose(before[:, :-1], after[:, :-1], rtol=0, atol=atol))
+    return flags
+
+
 def _padded_logits_on_the_right(model, ids, pad):
     """Pads on the right with the matching mask and keeps the real rows: right for RoPE, not for GPT-2."""
     model.eval()
@@ -939,6 +952,7 @@ WRONG.update({
     "ch10.leaky_models": [("ids edited in place", edits_input("ch10.leaky_models"), I),
                           ("every model called leaky", lambda models, ids, atol=1e-5: [True] * len(models),
                            "grader.ch10.leaky_models.all_leaky"),
+                          ("only the last token changed", _leaky_last_token_only, M + "ch10.leaky_models.last_token_only"),
                           ("probabilities compared", _leaky_by_probabilities, M + "ch10.leaky_models.loose_tolerance")],
     "ch11.score_grad": [("dp edited in place", edits_input("ch11.score_grad"), I),
                         ("a CPU tensor mixed in", cpu_tensor("ch11.score_grad"), D),

@@ -30,14 +30,28 @@ def small_leak_attention(module, query, key, value, attention_mask, **kwargs):
     return causal + SMALL * (ahead - causal), weights
 
 
+def peeks_once_attention(module, query, key, value, attention_mask, **kwargs):
+    """Causal, except that query 0 also reads key 1: one leaking pair, far from the last position,
+    so a prefix test that changes only the last token cannot see it (the exercise runs unpadded)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q_len, kv_len = query.shape[2], key.shape[2]
+    allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)  # [q, kv]
+    if q_len == kv_len > 2:
+        allowed[0, 1] = True
+    kwargs.pop("is_causal", None)
+    return sdpa_attention_forward(module, query, key, value, allowed[None, None], is_causal=False, **kwargs)
+
+
 def register_small_leak() -> str:
     require_transformers()
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
     register_leaky_attention()
-    AttentionInterface.register("exercise_small_leak", small_leak_attention)
-    AttentionMaskInterface.register("exercise_small_leak", sdpa_mask)
+    for name, function in (("exercise_small_leak", small_leak_attention), ("exercise_peeks_once", peeks_once_attention)):
+        AttentionInterface.register(name, function)
+        AttentionMaskInterface.register(name, sdpa_mask)
     return "exercise_small_leak"
 
 
@@ -175,12 +189,13 @@ POOL = {  # label -> (name, implementation, training)
     "own_mask": ("llama", "audit_own_mask", False),  # leaks on SDPA's fast path only (no padding)
     "small_leak": ("mistral", "exercise_small_leak", False),  # a leak of about 1e-4
     "drops_mask": ("gpt2", "audit_drops_mask", False),
+    "peeks_once": ("llama", "exercise_peeks_once", False),  # output 0 reads position 1, nothing else leaks
 }
 LINEUPS = [  # five models per case, the leaking ones in other places each time
     (["llama", "own_mask", "gpt2_dropout", "small_leak", "gemma3"], 6),
     (["small_leak", "gpt2_dropout", "mistral", "llama", "own_mask"], 8),
     (["gpt2_dropout", "drops_mask", "own_mask", "gemma3", "small_leak"], 7),
-    (["own_mask", "small_leak", "llama", "mistral", "gpt2_dropout"], 5),
+    (["own_mask", "small_leak", "llama", "peeks_once", "gpt2_dropout"], 5),
 ]
 
 
@@ -222,6 +237,18 @@ def _lineup_mutant(positions="before", atol_used=None, train_mode=False, padding
         return flags
 
     return leaky
+
+
+def _lineup_last_token_only(models, ids, atol=ATOL):
+    """Changes only the last token: finds every leak that reads the last position, and no other."""
+    flags = []
+    for model in models:
+        model.eval()
+        changed = ids.clone()
+        changed[0, -1] = (ids[0, -1] + 1) % model.config.vocab_size
+        change = (model(input_ids=changed).logits - model(input_ids=ids).logits).abs().amax(dim=-1)  # [1, T]
+        flags.append(bool((change[0, :-1] > atol).any()))
+    return flags
 
 
 def _lineup_with_course_map(models, ids, atol=ATOL):
@@ -266,6 +293,7 @@ LEAKY_MODELS = Task(
         "loose_tolerance": _lineup_mutant(atol_used=1e-2),
         "no_eval": _lineup_mutant(train_mode=True),
         "always_padded": _lineup_mutant(padding=2),
+        "last_token_only": _lineup_last_token_only,
     },
     alternatives=[_lineup_with_course_map, _lineup_one_at_a_time],
 )
