@@ -330,6 +330,9 @@ class GPT(nn.Module):
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
             got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
             raise ValueError(tr("error.gpt_idx", got=got))
+        device = self.token_embedding.weight.device
+        if idx.device != device:  # the embedding lookup would fail inside torch
+            raise ValueError(tr("error.input_device", name="idx", got=str(idx.device), model=str(device)))
         if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
             raise ValueError(tr("error.gpt_token_range", high=self.config.vocab_size - 1,
                                 low_got=int(idx.min()), high_got=int(idx.max())))

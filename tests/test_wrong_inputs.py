@@ -171,7 +171,7 @@ LEARNER_46_CASES = [  # (key, exception, call, {lang: words})
     ("cache_device", ValueError,
      lambda: small_gpt()(IDX[:1], cache=KVCache(small_gpt().config, 1, 10, device="meta")),
      {"en": ["The cache lies on meta, the model on cpu", 'device="cpu"'],
-      "de": ["Der Cache liegt auf meta, das Modell auf cpu"], "zh": ["cache 位于 meta，模型却位于 cpu"]}),
+      "de": ["Der Cache liegt auf meta, das Modell auf cpu"], "zh": ["缓存位于 meta，模型却位于 cpu"]}),
     ("more_queries_than_keys", ValueError, _causal_indices(5, 3),
      {"en": ["more queries than keys (T_q = 5 > T_kv = 3)"], "de": ["mehr Queries als Keys (T_q = 5 > T_kv = 3)"],
       "zh": ["查询多于键（T_q = 5 > T_kv = 3）"]}),
@@ -222,7 +222,7 @@ def test_a_prompt_that_fills_block_size_says_what_to_feed_and_right_inputs_still
     model = small_gpt(block_size=6)
     assert_message_in_languages(ValueError, lambda: model.generate(IDX[:1], 1),
                                 {"en": ["exceed the model's block_size = 6", "idx[:, -block_size:]"],
-                                 "de": ["höchstens block_size Tokens"], "zh": ["最多给模型 block_size 个 token"]})
+                                 "de": ["höchstens block_size Tokens"], "zh": ["最多只给模型输入 block_size 个 token"]})
     assert model.generate(IDX[:1, :4], 2).shape == (1, 6)
     assert causal_allowed_from_indices(3, 3).equal(torch.ones(3, 3, dtype=torch.bool).tril())
     maps = _leaky_maps()
@@ -235,3 +235,56 @@ def test_a_prompt_that_fills_block_size_says_what_to_feed_and_right_inputs_still
             assert words in leaks_line(leaks) and "prefix'" not in leaks_line(leaks)
         finally:
             attnlab.set_language("en")
+
+
+# --- chapters 4-9, verification walk-through (ver49): one case per new message, and the reused ones ---
+
+
+def _find_leaks(**options):
+    from attnlab.causality import find_leaks
+
+    return lambda: find_leaks(small_gpt(), IDX[:1], **options)
+
+
+def _batch(generator):
+    from attnlab.train import next_token_batch
+
+    return lambda: next_token_batch(torch.arange(40) % 7, 4, 2, generator)
+
+
+def _train(**options):
+    from attnlab.train import train
+
+    return lambda: train(small_gpt(), torch.arange(40) % 7, 1, **options)
+
+
+VER49_CASES = [  # (key, exception, call, {lang: words})
+    ("input_device", ValueError, lambda: small_gpt()(IDX.to("meta")),
+     {"en": ["idx lies on meta, the model on cpu", 'idx.to("cpu")'], "de": ["idx liegt auf meta, das Modell auf cpu"],
+      "zh": ["idx 位于 meta，模型却位于 cpu"]}),
+    ("input_device", ValueError, run(allowed=ALLOWED.to("meta")),
+     {"en": ["allowed lies on meta", 'allowed.to("cpu")'], "de": ["allowed liegt auf meta"], "zh": ["allowed 位于 meta"]}),
+    ("atol_below_rounding", ValueError, _find_leaks(atol=0),
+     {"en": ["atol = 0 is below the rounding step of torch.float32", "even a causal model would look leaky"],
+      "de": ["atol = 0 liegt unter der Rundungsschrittweite von torch.float32"], "zh": ["atol = 0 小于 torch.float32 的舍入步长"]}),
+    ("generator", TypeError, _batch(0),
+     {"en": ["generator must be a torch.Generator", "got 0"], "de": ["generator muss ein torch.Generator sein"],
+      "zh": ["generator 必须是 torch.Generator"]}),
+    ("positive", ValueError, _train(lr=-1),
+     {"en": ["lr must be a positive number; got -1"], "de": ["lr muss eine positive Zahl sein"], "zh": ["lr 必须是正数"]}),
+]
+
+
+@pytest.mark.parametrize("key, exception, call, words", VER49_CASES, ids=[f"{case[0]}-{i}" for i, case in enumerate(VER49_CASES)])
+def test_each_chapter_4_to_9_helper_answers_wrong_input_in_every_language(key, exception, call, words):
+    assert set(words) == {"en", "de", "zh"}
+    assert_message_in_languages(exception, call, words)
+
+
+def test_a_causal_model_passes_at_the_default_atol_and_right_batches_still_come():
+    from attnlab.causality import find_leaks
+    from attnlab.train import next_token_batch
+
+    assert find_leaks(small_gpt(), IDX[:1]) == {"prefix": None, "cut": None, "jacobian": None}
+    x, y = next_token_batch(torch.arange(40), 4, 2, None)
+    assert torch.equal(x[:, 1:], y[:, :-1])
