@@ -293,6 +293,12 @@ class GPT(nn.Module):
                     or targets.shape != idx.shape):
                 got = f"{describe(targets)} {targets.dtype}" if isinstance(targets, torch.Tensor) else describe(targets)
                 raise ValueError(tr("error.gpt_targets", shape=tuple(idx.shape), got=got))
+            labelled = targets != -100  # -100: no loss at this position (cross_entropy's ignore_index)
+            if targets.numel() and not labelled.any():  # the mean over no position: nan
+                raise ValueError(tr("error.gpt_targets_ignored"))
+            if labelled.any() and not 0 <= int(targets[labelled].min()) <= int(targets[labelled].max()) < self.config.vocab_size:
+                raise ValueError(tr("error.gpt_targets_range", high=self.config.vocab_size - 1,
+                                    low_got=int(targets[labelled].min()), high_got=int(targets[labelled].max())))
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         return logits, loss
 

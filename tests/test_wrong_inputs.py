@@ -272,6 +272,12 @@ VER49_CASES = [  # (key, exception, call, {lang: words})
       "zh": ["generator 必须是 torch.Generator"]}),
     ("positive", ValueError, _train(lr=-1),
      {"en": ["lr must be a positive number; got -1"], "de": ["lr muss eine positive Zahl sein"], "zh": ["lr 必须是正数"]}),
+    ("gpt_targets_ignored", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, -100)),
+     {"en": ["Every target is -100", "would be nan"], "de": ["Jedes Ziel ist -100", "maskierten Sprachmodellieren"],
+      "zh": ["所有目标都是 -100", "nan"]}),
+    ("gpt_targets_range", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, 60)),
+     {"en": ["targets must be token ids between 0 and vocab_size - 1 = 49, or -100", "from 60 to 60"],
+      "de": ["targets müssen Token-IDs zwischen 0 und vocab_size - 1 = 49 sein"], "zh": ["targets 必须是 0 到 vocab_size - 1 = 49 之间的 token id"]}),
 ]
 
 
@@ -286,5 +292,15 @@ def test_a_causal_model_passes_at_the_default_atol_and_right_batches_still_come(
     from attnlab.train import next_token_batch
 
     assert find_leaks(small_gpt(), IDX[:1]) == {"prefix": None, "cut": None, "jacobian": None}
+    targets = IDX.masked_fill(IDX % 2 == 0, -100)  # some positions without a loss
+    assert torch.isfinite(small_gpt()(IDX, targets)[1])
     x, y = next_token_batch(torch.arange(40), 4, 2, None)
     assert torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_every_chapter_4_to_9_verification_message_has_a_case():
+    from attnlab.i18n import catalog
+
+    new = {"error.input_device", "ch5.atol_below_rounding", "error.gpt_targets_ignored", "error.gpt_targets_range"}
+    assert new <= set(catalog())
+    assert {key.removeprefix("error.").removeprefix("ch5.") for key in new} <= {case[0] for case in VER49_CASES}
