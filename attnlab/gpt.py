@@ -352,7 +352,17 @@ class GPT(nn.Module):
         otherwise samples with ``generator``. With ``use_cache`` the prompt is
         prefilled once and every step feeds only the newest token; without it
         every step recomputes the whole sequence. Both give the same tokens.
+        It runs in eval mode (no dropout), then restores the model's mode.
         """
+        training = self.training
+        self.eval()
+        try:
+            return self._generate(idx, max_new_tokens, use_cache, temperature, generator)
+        finally:
+            self.train(training)
+
+    def _generate(self, idx: torch.Tensor, max_new_tokens: int, use_cache: bool, temperature: float,
+                  generator: torch.Generator | None) -> torch.Tensor:
         if not self.config.causal and use_cache:
             raise ValueError(tr("error.cache_bidirectional"))
         self.check_idx(idx)
@@ -361,6 +371,8 @@ class GPT(nn.Module):
         max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=0)
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
             raise ValueError(tr("error.temperature", got=describe(temperature)))
+        if generator is not None and not isinstance(generator, torch.Generator):  # a seed (an int) given instead
+            raise TypeError(tr("error.generator", got=describe(generator)))
         T_total = idx.size(1) + max_new_tokens
         if T_total > self.config.block_size and self.position_embedding is not None:
             if idx.size(1) >= self.config.block_size:  # the prompt alone fills the position table

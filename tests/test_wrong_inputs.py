@@ -270,6 +270,9 @@ VER49_CASES = [  # (key, exception, call, {lang: words})
     ("generator", TypeError, _batch(0),
      {"en": ["generator must be a torch.Generator", "got 0"], "de": ["generator muss ein torch.Generator sein"],
       "zh": ["generator 必须是 torch.Generator"]}),
+    ("generator", TypeError, lambda: small_gpt().generate(IDX[:1], 2, temperature=1.0, generator=0),
+     {"en": ["generator must be a torch.Generator", "got 0"], "de": ["generator muss ein torch.Generator sein"],
+      "zh": ["generator 必须是 torch.Generator"]}),
     ("positive", ValueError, _train(lr=-1),
      {"en": ["lr must be a positive number; got -1"], "de": ["lr muss eine positive Zahl sein"], "zh": ["lr 必须是正数"]}),
     ("gpt_targets_ignored", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, -100)),
@@ -304,3 +307,10 @@ def test_every_chapter_4_to_9_verification_message_has_a_case():
     new = {"error.input_device", "ch5.atol_below_rounding", "error.gpt_targets_ignored", "error.gpt_targets_range"}
     assert new <= set(catalog())
     assert {key.removeprefix("error.").removeprefix("ch5.") for key in new} <= {case[0] for case in VER49_CASES}
+
+
+def test_generate_runs_in_eval_mode_and_gives_the_model_back_in_its_mode():
+    model = small_gpt(dropout=0.5).train()
+    first = model.generate(IDX[:1], 8)
+    assert torch.equal(first, model.generate(IDX[:1], 8)) and torch.equal(first, model.generate(IDX[:1], 8, use_cache=False))
+    assert model.training
