@@ -275,6 +275,8 @@ VER49_CASES = [  # (key, exception, call, {lang: words})
       "zh": ["generator 必须是 torch.Generator"]}),
     ("positive", ValueError, _train(lr=-1),
      {"en": ["lr must be a positive number; got -1"], "de": ["lr muss eine positive Zahl sein"], "zh": ["lr 必须是正数"]}),
+    ("flag", TypeError, lambda: __import__("attnlab.ring", fromlist=["x"]).expected_tiles(8, 2, "contiguous", 2, causal="no"),
+     {"en": ["causal must be True or False; got 'no'"], "de": ["causal muss True oder False sein"], "zh": ["causal 必须是 True 或 False"]}),
     ("gpt_targets_ignored", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, -100)),
      {"en": ["Every target is -100", "would be nan"], "de": ["Jedes Ziel ist -100", "maskierten Sprachmodellieren"],
       "zh": ["所有目标都是 -100", "nan"]}),
@@ -314,3 +316,9 @@ def test_generate_runs_in_eval_mode_and_gives_the_model_back_in_its_mode():
     first = model.generate(IDX[:1], 8)
     assert torch.equal(first, model.generate(IDX[:1], 8)) and torch.equal(first, model.generate(IDX[:1], 8, use_cache=False))
     assert model.training
+
+
+def test_the_ring_clock_takes_a_device_name_as_well():
+    from attnlab.ring import clock
+
+    assert clock("cpu") <= clock(torch.device("cpu"))
