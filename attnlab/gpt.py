@@ -119,6 +119,8 @@ class KVCache:
             max_len = whole_number("max_len", max_len)
             if not 1 <= max_len <= config.block_size:
                 raise ValueError(tr("error.cache_max_len", block_size=config.block_size, got=max_len))
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # "float32" or torch.long
+            raise TypeError(tr("error.cache_dtype_arg", got=describe(dtype)))
         shape = (config.n_layer, batch_size, config.kv_heads, max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]

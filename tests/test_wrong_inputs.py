@@ -277,6 +277,11 @@ VER49_CASES = [  # (key, exception, call, {lang: words})
      {"en": ["lr must be a positive number; got -1"], "de": ["lr muss eine positive Zahl sein"], "zh": ["lr 必须是正数"]}),
     ("flag", TypeError, lambda: __import__("attnlab.ring", fromlist=["x"]).expected_tiles(8, 2, "contiguous", 2, causal="no"),
      {"en": ["causal must be True or False; got 'no'"], "de": ["causal muss True oder False sein"], "zh": ["causal 必须是 True 或 False"]}),
+    ("cache_dtype_arg", TypeError, lambda: KVCache(small_gpt().config, 1, 4, dtype="float32"),
+     {"en": ["dtype must be a floating-point torch.dtype", "got 'float32'"], "de": ["dtype muss ein Gleitkomma-torch.dtype sein"],
+      "zh": ["dtype 必须是浮点类型的 torch.dtype"]}),
+    ("cache_dtype_arg", TypeError, lambda: WindowKVCache(small_gpt().config, 1, window=4, dtype=torch.long),
+     {"en": ["dtype must be a floating-point torch.dtype", "got torch.int64"], "de": ["torch.int64"], "zh": ["torch.int64"]}),
     ("gpt_targets_ignored", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, -100)),
      {"en": ["Every target is -100", "would be nan"], "de": ["Jedes Ziel ist -100", "maskierten Sprachmodellieren"],
       "zh": ["所有目标都是 -100", "nan"]}),
@@ -306,7 +311,8 @@ def test_a_causal_model_passes_at_the_default_atol_and_right_batches_still_come(
 def test_every_chapter_4_to_9_verification_message_has_a_case():
     from attnlab.i18n import catalog
 
-    new = {"error.input_device", "ch5.atol_below_rounding", "error.gpt_targets_ignored", "error.gpt_targets_range"}
+    new = {"error.input_device", "ch5.atol_below_rounding", "error.gpt_targets_ignored", "error.gpt_targets_range",
+           "error.cache_dtype_arg"}
     assert new <= set(catalog())
     assert {key.removeprefix("error.").removeprefix("ch5.") for key in new} <= {case[0] for case in VER49_CASES}
 
