@@ -33,6 +33,9 @@ def check_mask_inputs(model: GPT, idx: torch.Tensor, allowed: torch.Tensor, posi
     model.check_idx(idx)
     B, T = idx.shape
     as_allowed_mask("allowed", allowed, T, T, batch=B, heads=model.config.n_head)
+    for name, value in (("allowed", allowed), ("position_ids", position_ids)):
+        if isinstance(value, torch.Tensor) and value.device != idx.device:
+            raise ValueError(tr("error.input_device", name=name, got=str(value.device), model=str(idx.device)))
     if not allowed.any():
         raise ValueError(tr("error.mask_empty", name="allowed"))
     if model.config.causal:

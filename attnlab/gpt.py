@@ -119,6 +119,8 @@ class KVCache:
             max_len = whole_number("max_len", max_len)
             if not 1 <= max_len <= config.block_size:
                 raise ValueError(tr("error.cache_max_len", block_size=config.block_size, got=max_len))
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # "float32" or torch.long
+            raise TypeError(tr("error.cache_dtype_arg", got=describe(dtype)))
         shape = (config.n_layer, batch_size, config.kv_heads, max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, max_len, d]
@@ -293,6 +295,12 @@ class GPT(nn.Module):
                     or targets.shape != idx.shape):
                 got = f"{describe(targets)} {targets.dtype}" if isinstance(targets, torch.Tensor) else describe(targets)
                 raise ValueError(tr("error.gpt_targets", shape=tuple(idx.shape), got=got))
+            labelled = targets != -100  # -100: no loss at this position (cross_entropy's ignore_index)
+            if targets.numel() and not labelled.any():  # the mean over no position: nan
+                raise ValueError(tr("error.gpt_targets_ignored"))
+            if labelled.any() and not 0 <= int(targets[labelled].min()) <= int(targets[labelled].max()) < self.config.vocab_size:
+                raise ValueError(tr("error.gpt_targets_range", high=self.config.vocab_size - 1,
+                                    low_got=int(targets[labelled].min()), high_got=int(targets[labelled].max())))
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         return logits, loss
 
@@ -330,6 +338,9 @@ class GPT(nn.Module):
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype != torch.long:
             got = f"{describe(idx)} {idx.dtype}" if isinstance(idx, torch.Tensor) else describe(idx)
             raise ValueError(tr("error.gpt_idx", got=got))
+        device = self.token_embedding.weight.device
+        if idx.device != device:  # the embedding lookup would fail inside torch
+            raise ValueError(tr("error.input_device", name="idx", got=str(idx.device), model=str(device)))
         if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.config.vocab_size:
             raise ValueError(tr("error.gpt_token_range", high=self.config.vocab_size - 1,
                                 low_got=int(idx.min()), high_got=int(idx.max())))
@@ -343,7 +354,17 @@ class GPT(nn.Module):
         otherwise samples with ``generator``. With ``use_cache`` the prompt is
         prefilled once and every step feeds only the newest token; without it
         every step recomputes the whole sequence. Both give the same tokens.
+        It runs in eval mode (no dropout), then restores the model's mode.
         """
+        training = self.training
+        self.eval()
+        try:
+            return self._generate(idx, max_new_tokens, use_cache, temperature, generator)
+        finally:
+            self.train(training)
+
+    def _generate(self, idx: torch.Tensor, max_new_tokens: int, use_cache: bool, temperature: float,
+                  generator: torch.Generator | None) -> torch.Tensor:
         if not self.config.causal and use_cache:
             raise ValueError(tr("error.cache_bidirectional"))
         self.check_idx(idx)
@@ -352,6 +373,8 @@ class GPT(nn.Module):
         max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=0)
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
             raise ValueError(tr("error.temperature", got=describe(temperature)))
+        if generator is not None and not isinstance(generator, torch.Generator):  # a seed (an int) given instead
+            raise TypeError(tr("error.generator", got=describe(generator)))
         T_total = idx.size(1) + max_new_tokens
         if T_total > self.config.block_size and self.position_embedding is not None:
             if idx.size(1) >= self.config.block_size:  # the prompt alone fills the position table

@@ -225,7 +225,8 @@ def pass_around(k, v, group=None) -> list[float]:
     return seconds
 
 
-def clock(device: torch.device) -> float:
+def clock(device: torch.device | str) -> float:
+    device = torch.device(device)  # also "cpu" or "cuda:0"; a misspelt name gets torch's list of device types
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # GPU work is asynchronous: wait for it before reading the clock
     return time.perf_counter()
@@ -272,6 +273,8 @@ def expected_tiles(T: int, P: int, layout: str, block: int, causal: bool = True)
     * zigzag:      n^2/2 + n/2 at step 0, n^2/2 at every other step.
     """
     check_sizes(T, P, layout, block)
+    if not isinstance(causal, bool):  # "no" is a true string: the causal table, silently
+        raise TypeError(tr("error.flag", name="causal", got=inputs.describe(causal)))
     S = T // P
     chunk = S // 2 if layout == "zigzag" else S
     if chunk % block:

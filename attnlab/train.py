@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .gpt import GPT
 from .i18n import tr
-from .inputs import describe, whole_number
+from .inputs import describe, positive_number, whole_number
 
 
 def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
@@ -26,6 +26,8 @@ def next_token_batch(data: torch.Tensor, block_size: int, batch_size: int,
     """
     block_size = whole_number("block_size", block_size, low=1)
     batch_size = whole_number("batch_size", batch_size, low=1)
+    if generator is not None and not isinstance(generator, torch.Generator):  # a seed (an int) given instead
+        raise TypeError(tr("error.generator", got=describe(generator)))
     if (not isinstance(data, torch.Tensor) or data.dim() != 1 or data.dtype != torch.long
             or data.numel() <= block_size):
         got = f"{describe(data)} {data.dtype}" if isinstance(data, torch.Tensor) else describe(data)
@@ -43,6 +45,7 @@ def train(model: GPT, data: torch.Tensor, steps: int, batch_size: int = 16, bloc
     restored); ``None`` keeps torch's setting.
     """
     steps = whole_number("steps", steps, low=0)
+    lr = positive_number("lr", lr)
     previous = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)

@@ -45,6 +45,8 @@ class WindowKVCache:
             raise ValueError(tr("ch8.err_window_cache"))
         if config.window is not None and window < config.window:
             raise ValueError(tr("ch8.err_window_small", window=window, model_window=config.window))
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # "float32" or torch.long
+            raise TypeError(tr("error.cache_dtype_arg", got=describe(dtype)))
         shape = (config.n_layer, batch_size, config.kv_heads, window, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, W, d]
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, H_kv, W, d]

@@ -230,3 +230,12 @@ def test_chapter_5_runs_with_another_sequence():
     namespace = run_with_changes(CHAPTER_5, changes)
     assert namespace["T"] == len("a short leak")
     assert len(namespace["explorer"].maps["causal"]["cut"]) == namespace["T"]
+
+
+def test_chapter_6_shows_the_package_cache_update_and_its_caches_run_it():
+    """Chapter 6 writes ``KVCache.update`` in a cell and installs it, so editing the cell changes the page."""
+    from attnlab import gpt
+
+    cell = defined_in(notebook_cells("06-kv-cache"), "update")
+    assert ast.dump(definition(cell, "update")) == ast.dump(definition(inspect.getsource(gpt.KVCache), "update"))
+    assert "KVCache.update = update" in cell

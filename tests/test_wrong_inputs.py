@@ -235,3 +235,96 @@ def test_a_prompt_that_fills_block_size_says_what_to_feed_and_right_inputs_still
             assert words in leaks_line(leaks) and "prefix'" not in leaks_line(leaks)
         finally:
             attnlab.set_language("en")
+
+
+# --- chapters 4-9, verification walk-through (ver49): one case per new message, and the reused ones ---
+
+
+def _find_leaks(**options):
+    from attnlab.causality import find_leaks
+
+    return lambda: find_leaks(small_gpt(), IDX[:1], **options)
+
+
+def _batch(generator):
+    from attnlab.train import next_token_batch
+
+    return lambda: next_token_batch(torch.arange(40) % 7, 4, 2, generator)
+
+
+def _train(**options):
+    from attnlab.train import train
+
+    return lambda: train(small_gpt(), torch.arange(40) % 7, 1, **options)
+
+
+VER49_CASES = [  # (key, exception, call, {lang: words})
+    ("input_device", ValueError, lambda: small_gpt()(IDX.to("meta")),
+     {"en": ["idx lies on meta, the model on cpu", 'idx.to("cpu")'], "de": ["idx liegt auf meta, das Modell auf cpu"],
+      "zh": ["idx 位于 meta，模型却位于 cpu"]}),
+    ("input_device", ValueError, run(allowed=ALLOWED.to("meta")),
+     {"en": ["allowed lies on meta", 'allowed.to("cpu")'], "de": ["allowed liegt auf meta"], "zh": ["allowed 位于 meta"]}),
+    ("atol_below_rounding", ValueError, _find_leaks(atol=0),
+     {"en": ["atol = 0 is below the rounding step of torch.float32", "even a causal model would look leaky"],
+      "de": ["atol = 0 liegt unter der Rundungsschrittweite von torch.float32"], "zh": ["atol = 0 小于 torch.float32 的舍入步长"]}),
+    ("generator", TypeError, _batch(0),
+     {"en": ["generator must be a torch.Generator", "got 0"], "de": ["generator muss ein torch.Generator sein"],
+      "zh": ["generator 必须是 torch.Generator"]}),
+    ("generator", TypeError, lambda: small_gpt().generate(IDX[:1], 2, temperature=1.0, generator=0),
+     {"en": ["generator must be a torch.Generator", "got 0"], "de": ["generator muss ein torch.Generator sein"],
+      "zh": ["generator 必须是 torch.Generator"]}),
+    ("positive", ValueError, _train(lr=-1),
+     {"en": ["lr must be a positive number; got -1"], "de": ["lr muss eine positive Zahl sein"], "zh": ["lr 必须是正数"]}),
+    ("flag", TypeError, lambda: __import__("attnlab.ring", fromlist=["x"]).expected_tiles(8, 2, "contiguous", 2, causal="no"),
+     {"en": ["causal must be True or False; got 'no'"], "de": ["causal muss True oder False sein"], "zh": ["causal 必须是 True 或 False"]}),
+    ("cache_dtype_arg", TypeError, lambda: KVCache(small_gpt().config, 1, 4, dtype="float32"),
+     {"en": ["dtype must be a floating-point torch.dtype", "got 'float32'"], "de": ["dtype muss ein Gleitkomma-torch.dtype sein"],
+      "zh": ["dtype 必须是浮点类型的 torch.dtype"]}),
+    ("cache_dtype_arg", TypeError, lambda: WindowKVCache(small_gpt().config, 1, window=4, dtype=torch.long),
+     {"en": ["dtype must be a floating-point torch.dtype", "got torch.int64"], "de": ["torch.int64"], "zh": ["torch.int64"]}),
+    ("gpt_targets_ignored", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, -100)),
+     {"en": ["Every target is -100", "would be nan"], "de": ["Jedes Ziel ist -100", "maskierten Sprachmodellieren"],
+      "zh": ["所有目标都是 -100", "nan"]}),
+    ("gpt_targets_range", ValueError, lambda: small_gpt()(IDX, torch.full_like(IDX, 60)),
+     {"en": ["targets must be token ids between 0 and vocab_size - 1 = 49, or -100", "from 60 to 60"],
+      "de": ["targets müssen Token-IDs zwischen 0 und vocab_size - 1 = 49 sein"], "zh": ["targets 必须是 0 到 vocab_size - 1 = 49 之间的 token id"]}),
+]
+
+
+@pytest.mark.parametrize("key, exception, call, words", VER49_CASES, ids=[f"{case[0]}-{i}" for i, case in enumerate(VER49_CASES)])
+def test_each_chapter_4_to_9_helper_answers_wrong_input_in_every_language(key, exception, call, words):
+    assert set(words) == {"en", "de", "zh"}
+    assert_message_in_languages(exception, call, words)
+
+
+def test_a_causal_model_passes_at_the_default_atol_and_right_batches_still_come():
+    from attnlab.causality import find_leaks
+    from attnlab.train import next_token_batch
+
+    assert find_leaks(small_gpt(), IDX[:1]) == {"prefix": None, "cut": None, "jacobian": None}
+    targets = IDX.masked_fill(IDX % 2 == 0, -100)  # some positions without a loss
+    assert torch.isfinite(small_gpt()(IDX, targets)[1])
+    x, y = next_token_batch(torch.arange(40), 4, 2, None)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_every_chapter_4_to_9_verification_message_has_a_case():
+    from attnlab.i18n import catalog
+
+    new = {"error.input_device", "ch5.atol_below_rounding", "error.gpt_targets_ignored", "error.gpt_targets_range",
+           "error.cache_dtype_arg"}
+    assert new <= set(catalog())
+    assert {key.removeprefix("error.").removeprefix("ch5.") for key in new} <= {case[0] for case in VER49_CASES}
+
+
+def test_generate_runs_in_eval_mode_and_gives_the_model_back_in_its_mode():
+    model = small_gpt(dropout=0.5).train()
+    first = model.generate(IDX[:1], 8)
+    assert torch.equal(first, model.generate(IDX[:1], 8)) and torch.equal(first, model.generate(IDX[:1], 8, use_cache=False))
+    assert model.training
+
+
+def test_the_ring_clock_takes_a_device_name_as_well():
+    from attnlab.ring import clock
+
+    assert clock("cpu") <= clock(torch.device("cpu"))
