@@ -10,7 +10,32 @@ import math
 
 import torch
 
+from .i18n import tr
+from .inputs import check_bool_mask, describe
 from .masks import causal_allowed
+
+
+def check_attention_inputs(q, k, v, allowed=None) -> None:
+    """A clear error, in the reader's language, for inputs :func:`attention` would fail on deep
+    inside torch: q, k, v not floating-point tensors of one dtype, shapes that do not fit
+    ([..., T_q, d], [..., T_kv, d], [..., T_kv, d_v]), a mask that is not boolean (True = may read)
+    or does not cover the scores [..., T_q, T_kv]."""
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            got = describe(value) + (f" {str(value.dtype).removeprefix('torch.')}" if isinstance(value, torch.Tensor) else "")
+            raise TypeError(tr("error.attention_float", name=name, got=got))
+    if not q.dtype == k.dtype == v.dtype:
+        dtypes = [str(t.dtype).removeprefix("torch.") for t in (q, k, v)]
+        raise TypeError(tr("error.attention_dtypes", q=dtypes[0], k=dtypes[1], v=dtypes[2]))
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2 or q.size(-1) != k.size(-1) or k.size(-2) != v.size(-2):
+        raise ValueError(tr("error.attention_shapes", q=list(q.shape), k=list(k.shape), v=list(v.shape)))
+    if allowed is not None:
+        if not isinstance(allowed, torch.Tensor):
+            raise TypeError(tr("error.mask_type", name="allowed", T_q=q.size(-2), T_kv=k.size(-2), got=describe(allowed)))
+        check_bool_mask("allowed", allowed)
+        T_q, T_kv = q.size(-2), k.size(-2)
+        if allowed.dim() < 2 or allowed.size(-2) not in (1, T_q) or allowed.size(-1) not in (1, T_kv):
+            raise ValueError(tr("error.mask_covers", name="allowed", T_q=T_q, T_kv=T_kv, shape=list(allowed.shape)))
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -39,6 +64,7 @@ def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor | None) -> torch.
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Explicit attention: ``softmax(mask(q k^T / sqrt(d))) v``; [..., T_q, d_v] out."""
+    check_attention_inputs(q, k, v, allowed)
     weights = masked_softmax(attention_scores(q, k), allowed)  # [..., T_q, T_kv]
     return weights @ v
 

@@ -108,11 +108,23 @@ def positions_in_documents(document_ids: torch.Tensor) -> torch.Tensor:
     return slots - first_slot
 
 
+def check_documents(tokens: torch.Tensor, document_ids: torch.Tensor) -> None:
+    """A clear error, in the reader's language, when ``document_ids`` does not give one whole-number
+    document id per token (same shape as ``tokens``, [1, T])."""
+    if (not isinstance(document_ids, torch.Tensor) or document_ids.is_floating_point() or document_ids.dtype == torch.bool
+            or not isinstance(tokens, torch.Tensor) or document_ids.shape != tokens.shape or document_ids.dim() != 2):
+        expected = list(tokens.shape) if isinstance(tokens, torch.Tensor) else "[1, T]"
+        got = describe(document_ids) + (f" {str(document_ids.dtype).removeprefix('torch.')}"
+                                        if isinstance(document_ids, torch.Tensor) else "")
+        raise ValueError(tr("error.document_ids", expected=expected, got=got))
+
+
 def document_leaks(model_fn: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor,
                    document_ids: torch.Tensor, vocab_size: int, seed: int = 0) -> list[float]:
     """For every document d of row 0: replace every token outside d by a random other token
     and return max |change| of d's outputs. ``model_fn`` maps tokens [1, T] to outputs [1, T, ...]
     (its mask and positions fixed inside). 0.0 for every document = no document reads another."""
+    check_documents(tokens, document_ids)  # one whole-number id per token
     generator = torch.Generator().manual_seed(seed)
     reference = model_fn(tokens)
     leaks = []

@@ -121,6 +121,17 @@ def drop_leading_ones(value: torch.Tensor, dims: int) -> torch.Tensor:
     return value
 
 
+def check_bool_mask(name: str, mask: torch.Tensor) -> None:
+    """A boolean mask (True = may read) passes; a 0/1 float or an additive 0/-inf mask, the other
+    convention, is refused with a message that names it (``~mask`` and SDPA would misread it)."""
+    if mask.dtype != torch.bool:
+        dtype = str(mask.dtype).removeprefix("torch.")
+        values = mask.detach()
+        if values.is_floating_point() and bool((values < 0).any()) and bool(((values == 0) | (values <= -1e4)).all()):
+            raise TypeError(tr("error.mask_additive", name=name, dtype=dtype))
+        raise TypeError(tr("error.mask_dtype", name=name, dtype=dtype))
+
+
 def as_allowed_mask(name: str, mask, T_q: int, T_kv: int, batch: int = 1, heads: int = 1) -> torch.Tensor:
     """``mask`` if it is a boolean mask (True = may read) of shape [T_q, T_kv] or [B, 1, T_q, T_kv].
 
@@ -130,12 +141,7 @@ def as_allowed_mask(name: str, mask, T_q: int, T_kv: int, batch: int = 1, heads:
     """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(tr("error.mask_type", name=name, T_q=T_q, T_kv=T_kv, got=describe(mask)))
-    if mask.dtype != torch.bool:
-        dtype = str(mask.dtype).removeprefix("torch.")
-        values = mask.detach()
-        if values.is_floating_point() and bool((values < 0).any()) and bool(((values == 0) | (values <= -1e4)).all()):
-            raise TypeError(tr("error.mask_additive", name=name, dtype=dtype))
-        raise TypeError(tr("error.mask_dtype", name=name, dtype=dtype))
+    check_bool_mask(name, mask)
     shape = tuple(mask.shape)
     if not (shape == (T_q, T_kv) or (len(shape) == 4 and shape[2:] == (T_q, T_kv)
                                      and shape[0] in (1, batch) and shape[1] in (1, heads))):

@@ -328,3 +328,52 @@ def test_the_ring_clock_takes_a_device_name_as_well():
     from attnlab.ring import clock
 
     assert clock("cpu") <= clock(torch.device("cpu"))
+
+
+def _attention(*args):
+    from attnlab.attention import attention
+
+    return lambda: attention(*args)
+
+
+Q = torch.randn(4, 8)
+ATTENTION_CASES = [  # (key, exception, call, {lang: words}): chapter 1's attention() as chapters 4-9 call it
+    ("attention_float", TypeError, _attention(Q.long(), Q, Q),
+     {"en": ["q must be a floating-point tensor", "int64"], "de": ["q muss ein Gleitkomma-Tensor"],
+      "zh": ["q 必须是浮点张量"]}),
+    ("attention_dtypes", TypeError, _attention(Q, Q.double(), Q),
+     {"en": ["float32, float64 and float32"], "de": ["denselben dtype"], "zh": ["dtype 必须相同"]}),
+    ("attention_shapes", ValueError, _attention(Q, torch.randn(4, 7), Q),
+     {"en": ["got q [4, 8], k [4, 7], v [4, 8]"], "de": ["passen nicht zusammen"], "zh": ["对不上"]}),
+    ("mask_dtype", TypeError, _attention(Q, Q, Q, torch.ones(4, 4).tril()),
+     {"en": ["allowed must be a boolean mask", "float32"], "de": ["boolesche Maske"], "zh": ["布尔掩码"]}),
+    ("mask_covers", ValueError, _attention(Q, Q, Q, torch.ones(3, 4, dtype=torch.bool)),
+     {"en": ["[..., 4, 4]", "got shape [3, 4]"], "de": ["abdecken"], "zh": ["必须覆盖分数"]}),
+]
+
+
+@pytest.mark.parametrize("key, exception, call, words", ATTENTION_CASES, ids=[case[0] for case in ATTENTION_CASES])
+def test_attention_answers_wrong_input_in_every_language(key, exception, call, words):
+    assert_message_in_languages(exception, call, words)
+
+
+def test_right_attention_inputs_still_run_and_broadcast():
+    from attnlab.attention import attention, causal_attention
+
+    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)  # [B, H, T, d]
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()
+    assert attention(q, k, v, allowed).shape == (2, 2, 5, 4)
+    assert attention(q, k, v, allowed[None, None]).equal(causal_attention(q, k, v))
+    assert attention(q.half(), k.half(), v.half()).dtype == torch.float16
+
+
+def test_document_leaks_names_document_ids_that_do_not_fit_the_tokens():
+    from attnlab.batching import document_leaks
+
+    tokens = torch.randint(0, 40, (1, 6))
+    run = lambda x: torch.nn.functional.one_hot(x, 40).float()  # noqa: E731 - reads nothing across tokens
+    assert document_leaks(run, tokens, torch.tensor([[0, 0, 0, 1, 1, 1]]), 40) == [0.0, 0.0]
+    for wrong in (torch.tensor([[0, 0, 1, 1]]), torch.zeros(1, 6), [0, 0, 0, 1, 1, 1]):
+        assert_message_in_languages(ValueError, lambda wrong=wrong: document_leaks(run, tokens, wrong, 40),
+                                    {"en": ["one document id per token", "[1, 6]"], "de": ["eine Dokument-ID"],
+                                     "zh": ["一个文档 id"]})
