@@ -78,3 +78,17 @@ def peak_bytes(fn, *args, **kwargs) -> int:
         result = fn(*args, **kwargs)
         del result
     return mem.peak
+
+
+def cuda_peak_bytes(fn, *args, **kwargs) -> int:
+    """Peak bytes the CUDA allocator holds during ``fn(*args, **kwargs)`` beyond what it held before
+    (``torch.cuda.max_memory_allocated``; kernel workspaces included, unlike :func:`peak_bytes`)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del result
+    return peak
+

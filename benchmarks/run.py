@@ -41,7 +41,7 @@ from attnlab.blocked import blocked_attention  # noqa: E402
 from attnlab.blocked_backward import (attention_grads, blocked_backward, blocked_forward,  # noqa: E402
                                       saved_bytes_formula)
 from attnlab.gpt import GPT, GPTConfig, KVCache  # noqa: E402
-from attnlab.memory import peak_bytes  # noqa: E402
+from attnlab.memory import cuda_peak_bytes, peak_bytes  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -146,21 +146,9 @@ def machine(device: torch.device) -> dict:
     return info
 
 
-def cuda_peak_MiB(fn) -> float:
-    """Peak memory a call allocates on the GPU, from ``torch.cuda.max_memory_allocated``."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    del out
-    return peak / 2**20
-
-
 def peak_MiB(fn, device: torch.device) -> float:
     """Peak memory of ``fn()``: counted tensor bytes on the CPU (attnlab.memory), the allocator's peak on a GPU."""
-    return cuda_peak_MiB(fn) if device.type == "cuda" else peak_bytes(fn) / 2**20
+    return (cuda_peak_bytes(fn) if device.type == "cuda" else peak_bytes(fn)) / 2**20
 
 
 def attention_rows(sizes: Sizes, device: torch.device) -> list[dict]:

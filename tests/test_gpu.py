@@ -21,6 +21,7 @@ import attnlab
 from attnlab.attention import causal_attention
 from attnlab.blocked import blocked_attention
 from attnlab.masks import causal_allowed
+from attnlab.memory import cuda_peak_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -62,21 +63,10 @@ def test_flash_attention_takes_is_causal_but_not_an_explicit_mask():
     assert (out.float() - expected).abs().max() < 5e-3
 
 
-def peak_bytes(fn, *args) -> int:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = fn(*args)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    del out
-    return peak
-
-
 def test_fused_attention_needs_a_fraction_of_the_gpu_memory():
     q, k, v = qkv(4096, torch.float16)
-    explicit = peak_bytes(causal_attention, q, k, v)
-    fused = peak_bytes(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), q, k, v)
+    explicit = cuda_peak_bytes(causal_attention, q, k, v)
+    fused = cuda_peak_bytes(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), q, k, v)
     print(f"T=4096, 8 heads, float16: explicit {explicit / 2**20:.0f} MiB, SDPA {fused / 2**20:.1f} MiB")
     assert explicit > 10 * fused
 
