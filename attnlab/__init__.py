@@ -7,14 +7,11 @@ figures, widgets, messages in en/de/zh). Chapter notebooks start with
 
 from __future__ import annotations
 
+import os
 import random
 
-from .numerics import pin_cpu_numerics
-
-pin_cpu_numerics()  # before torch computes anything: the same float sums on every x86-64 CPU
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 from .i18n import get_language, set_language, tr
 
@@ -28,15 +25,20 @@ def pick_device() -> torch.device:
 
 
 def setup(lang: str = "en", seed: int = 0) -> None:
-    """Language, fonts, seeds, one CPU thread and print options for a chapter notebook."""
+    """Language, fonts, seeds, one CPU thread and print options for a chapter notebook.
+
+    ``ATTNLAB_TORCH_THREADS`` sets another thread count (the test suite runs the notebooks
+    with two threads too, to prove that no stored output depends on it).
+    """
     from .fonts import register_fonts
 
     set_language(lang)
     register_fonts()
-    # One CPU thread: the same float sums on every machine (stored outputs match), and no
-    # waiting for a second thread on a busy machine. The course's models are small enough that
-    # more threads gain little; timing cells and benchmarks choose their threads themselves.
-    torch.set_num_threads(1)
+    # One CPU thread: no waiting for a second thread that a busy machine has descheduled (two
+    # notebooks on two cores), and the course's models are small enough that more threads gain
+    # little. Nothing printed depends on it (docs/decisions.md); timing cells and benchmarks
+    # choose their threads themselves.
+    torch.set_num_threads(torch_threads())
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -46,6 +48,14 @@ def setup(lang: str = "en", seed: int = 0) -> None:
     matplotlib.rcParams["figure.dpi"] = 100
     matplotlib.rcParams["savefig.dpi"] = 100
     show_figures_as_png()
+
+
+def torch_threads(environ=os.environ) -> int:
+    """The CPU threads a notebook uses: 1, or ``ATTNLAB_TORCH_THREADS`` (a whole number >= 1)."""
+    value = environ.get("ATTNLAB_TORCH_THREADS", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"ATTNLAB_TORCH_THREADS must be a whole number of at least 1, got {value!r}")
+    return int(value)
 
 
 def show_figures_as_png() -> None:

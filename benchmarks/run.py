@@ -29,19 +29,15 @@ import sys
 import time
 from dataclasses import dataclass
 
-# The benchmarks measure the CPU path a reader's torch picks by itself, not the AVX2 path that
-# attnlab pins for reproducible notebook outputs (attnlab/numerics.py); set before attnlab is imported.
-os.environ.setdefault("ATTNLAB_CPU_NUMERICS", "native")
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from attnlab.attention import causal_attention  # noqa: E402
-from attnlab.blocked import blocked_attention  # noqa: E402
-from attnlab.blocked_backward import (attention_grads, blocked_backward, blocked_forward,  # noqa: E402
+from attnlab.attention import causal_attention
+from attnlab.blocked import blocked_attention
+from attnlab.blocked_backward import (attention_grads, blocked_backward, blocked_forward,
                                       saved_bytes_formula)
-from attnlab.gpt import GPT, GPTConfig, KVCache  # noqa: E402
-from attnlab.memory import cuda_peak_bytes, peak_bytes  # noqa: E402
+from attnlab.gpt import GPT, GPTConfig, KVCache
+from attnlab.memory import cuda_peak_bytes, peak_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -195,12 +195,11 @@ def test_the_cpu_job_runs_the_readme_test_command_with_a_browser_github_has():
     makefile = (ROOT / "Makefile").read_text()
     browser_rule = re.search(r"^browser:.*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
     assert "ATTNLAB_CHROMIUM" in browser_rule  # the apt-get step is skipped when it is set
-    # GitHub's runners are AVX2 AMD or AVX-512 Intel machines: the stored outputs match there only
-    # on the pinned AVX2 path (attnlab/numerics.py), so no step may switch it off or change it
-    from attnlab import numerics
+    # the suite chooses the notebooks' numeric paths itself (tools/numeric_paths.py): no step sets them
+    from tools import numeric_paths
 
     for env in [job.get("env", {})] + [step.get("env", {}) for step in job["steps"]]:
-        assert numerics.SWITCH not in env and not set(numerics.PINNED) & set(env), env
+        assert not set(numeric_paths.VARIABLES + [numeric_paths.ROTATION]) & set(env), env
     assert job["steps"][-2]["run"] == readme_test_command()  # the numeric path is printed before it
     assert "get_cpu_capability" in job["steps"][-3]["run"]
 

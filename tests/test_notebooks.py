@@ -252,6 +252,10 @@ def test_refresh_adds_new_cell_options_but_keeps_outputs_and_refuses_code_change
     refreshed = notebooks.refresh(notebooks.parse_source(path), tmp_path)
     nb = nbformat.read(refreshed[2], as_version=4)
     assert nb.cells[2].metadata["mystnb"] == {"image": {"alt": "丙"}} and nb.cells[2].outputs[0].text == "kept\n"
+    path.write_text(path.read_text("utf-8").replace("show()", "show()  # en: a comment | de: ein Kommentar | zh: 注释"))
+    refreshed = notebooks.refresh(notebooks.parse_source(path), tmp_path)  # a comment cannot change an output
+    nb = nbformat.read(refreshed[1], as_version=4)  # de
+    assert nb.cells[2].source.endswith("# ein Kommentar") and nb.cells[2].outputs[0].text == "kept\n"
     path.write_text(path.read_text("utf-8").replace("show()", "show(1)"))
     with pytest.raises(notebooks.SourceError, match="code changed"):
         notebooks.refresh(notebooks.parse_source(path), tmp_path)

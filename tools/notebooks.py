@@ -91,9 +91,9 @@ CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # {comment}'
 SETUP_COMMENT = {  # what attnlab.setup does, in the notebook's language
-    "en": "language of figures and messages; seeds every RNG; one CPU thread (the same sums everywhere)",
-    "de": "Sprache der Abbildungen und Meldungen; setzt alle Zufalls-Seeds; ein CPU-Thread (überall dieselben Summen)",
-    "zh": "设定图和输出信息的语言；为所有随机数生成器设定种子；只用一个 CPU 线程（在任何机器上求和结果都相同）",
+    "en": "language of figures and messages; seeds every RNG; one CPU thread (no waiting on a busy machine)",
+    "de": "Sprache der Abbildungen und Meldungen; setzt alle Zufalls-Seeds; ein CPU-Thread (kein Warten auf einem ausgelasteten Rechner)",
+    "zh": "设定图和输出信息的语言；为所有随机数生成器设定种子；只用一个 CPU 线程（机器繁忙时不必等待另一个线程）",
 }
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
 # Runs before attnlab can be imported, so it is plain code: on Colab it installs
@@ -1073,13 +1073,13 @@ def refresh(source: Source, root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     outputs and widget state of the executed notebooks.
 
     Only for changes that cannot alter what a cell prints: refuses, and leaves every file as
-    it was, when any code cell's id, text or order differs from what was executed (run
-    ``build`` then).
+    it was, when any code cell's id, code (comments aside) or order differs from what was
+    executed (run ``build`` then).
     """
     executed = {path: nbformat.read(path, as_version=4) for path in executed_paths(source, root) if path.exists()}
     before = {path: path.read_bytes() for path in executed}
     written = render(source, root)
-    code = lambda nb: [(c.id, c.source) for c in nb.cells if c.cell_type == "code"]  # noqa: E731
+    code = lambda nb: [(c.id, strip_comments(c.source)) for c in nb.cells if c.cell_type == "code"]  # noqa: E731
     fresh = {path: nbformat.read(path, as_version=4) for path in executed}
     changed = [path for path in executed if code(fresh[path]) != code(executed[path])]
     if changed:
