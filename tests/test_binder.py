@@ -132,7 +132,10 @@ def binder_run(tmp_path_factory) -> BinderRun:
     python = venv / "bin" / "python"
     site_packages = None
     for what in (["-r", str(requirements)], [f"ipykernel=={lock_pins()['ipykernel']}"]):  # Binder's, then the kernel
-        pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *what],
+        # --no-compile: no .pyc for the thousands of .py files of torch and friends; the modules a kernel
+        # imports compile when first imported, which the smoke run does anyway
+        pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                              "--no-compile", *what],
                              cwd=ROOT, env=env, capture_output=True, text=True)  # cwd: "-e ." is the repository
         assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-3000:]
         if site_packages is None:

@@ -35,7 +35,7 @@ def test_a_notebook_takes_the_path_of_its_language_and_apply_sets_exactly_that_p
     numeric_paths.apply("portable", {"MKL_CBWR": "AUTO"}, environ)
     assert environ == {"HOME": "/root", **numeric_paths.PATHS["portable"]}
     numeric_paths.apply("two-threads", {"MKL_CBWR": "AUTO"}, environ)
-    assert environ == {"HOME": "/root", "ATTNLAB_TORCH_THREADS": "2"}
+    assert environ == {"HOME": "/root", "ATTNLAB_TORCH_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
     numeric_paths.apply(None, {"MKL_CBWR": "AUTO"}, environ)  # a test that is not a notebook: as the run began
     assert environ == {"HOME": "/root", "MKL_CBWR": "AUTO"}
 

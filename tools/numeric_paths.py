@@ -10,7 +10,8 @@ machine and requires the same stored outputs under each:
 ``native``       whatever torch picks on this CPU, one thread (``attnlab.setup``'s default)
 ``portable``     the oldest x86-64 code paths: ATen without vector kernels, MKL's
                  compatible branch, oneDNN limited to SSE4.1
-``two-threads``  the native path with two torch threads (``ATTNLAB_TORCH_THREADS``)
+``two-threads``  the native path with two torch threads (``ATTNLAB_TORCH_THREADS``), idle
+                 OpenMP threads sleeping rather than spinning (``OMP_WAIT_POLICY=PASSIVE``)
 
 The code of a chapter is the same in en, de and zh (the generator's drift check
 proves it), so one run of the suite proves every notebook's code under all three
@@ -29,7 +30,10 @@ LANGUAGES = ("en", "de", "zh")
 PATHS: dict[str, dict[str, str]] = {
     "native": {},
     "portable": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
-    "two-threads": {"ATTNLAB_TORCH_THREADS": "2"},
+    # OMP_WAIT_POLICY=PASSIVE changes no sum, only how an idle OpenMP thread waits: spinning, it
+    # burned 3.6 times the CPU time (47.9 s instead of 9.0 s of wall time for 100 training steps and
+    # 80 small forward passes) while another notebook ran on the other core
+    "two-threads": {"ATTNLAB_TORCH_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
 }
 VARIABLES = sorted({name for env in PATHS.values() for name in env})
 ROTATION = "ATTNLAB_PATH_ROTATION"
