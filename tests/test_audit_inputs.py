@@ -55,3 +55,11 @@ def test_a_part_for_a_model_that_has_none_fails_when_the_adapter_is_built():
                                  "de": ["als Ganzes"], "zh": ["作为整体"]})
     with pytest.raises(ValueError, match="'encoder' or 'decoder'"):
         Adapter(tiny_model("t5"), part="decode")
+
+
+def test_token_ids_outside_the_vocabulary_get_a_clear_message_before_the_model_runs():
+    from attnlab.causality import assert_causal, find_leaks
+
+    model = tiny_model("llama")
+    for call in (lambda: find_leaks(model, torch.tensor([[1, 500, 3]])), lambda: assert_causal(model, torch.tensor([[1, 2, 128]]))):
+        assert_message_in_languages(ValueError, call, {"en": ["0..127"], "de": ["Vokabular"], "zh": ["词表"]})
