@@ -25,6 +25,7 @@ code and this module equal.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 
@@ -300,10 +301,20 @@ def saved_bytes_formula(B, H, T, d_v, element_size=4):
     return B * H * T * T * element_size, B * H * T * d_v * element_size + B * H * T * 4
 
 
+def _blocked_attend(group, block, function, q, k, v):
+    """One ``SelfAttention.attend`` by blocked attention. Grouped-query attention (``n_kv_head < n_head``):
+    each K/V head is repeated for the ``group`` query heads that read it, as SDPA's ``enable_gqa`` reads it;
+    autograd of ``repeat_interleave`` then sums the group's shares into the shared head's dK, dV."""
+    if group > 1:
+        k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    return blocked_attention_train(q, k, v, block=block, function=function)
+
+
 @contextlib.contextmanager
 def blocked_attention_in(model, block=64, function=None):
     """Inside ``with``: every ``SelfAttention`` of the course's GPT attends with
-    :func:`blocked_attention_train` instead of SDPA (full-length causal self-attention only).
+    :func:`blocked_attention_train` instead of SDPA (full-length causal self-attention, shared
+    key/value heads included; no window, no dropout in training).
     ``function``: the ``torch.autograd.Function`` to run, ``apply(q, k, v, block, causal, keep)``
     (chapter 11 passes the ``BlockedAttention`` of its cell, so an edit there reaches the model);
     the package's :class:`BlockedAttention` unless given."""
@@ -318,12 +329,11 @@ def blocked_attention_in(model, block=64, function=None):
     for module in modules:
         config = module.config
         what = [name for name, odd in [("causal=False", not config.causal), (f"window={config.window}",
-                config.window is not None), (f"n_kv_head={module.n_kv_head}", module.n_kv_head != module.n_head),
-                (f"dropout={config.dropout} (training=True)", bool(config.dropout) and model.training)] if odd]
+                config.window is not None), (f"dropout={config.dropout} (training=True)", bool(config.dropout) and model.training)] if odd]
         if what:
             raise ValueError(tr("ch11.error_gpt", what=", ".join(what)))
     for module in modules:
-        module.attend = lambda q, k, v: blocked_attention_train(q, k, v, block=block, function=function)
+        module.attend = functools.partial(_blocked_attend, module.n_head // module.n_kv_head, block, function)
     try:
         yield model
     finally:

@@ -106,8 +106,9 @@ def test_the_logsumexp_is_the_row_logsumexp_of_the_scores():
     assert torch.allclose(lse, scores.logsumexp(dim=-1), **TOL)
 
 
-def test_a_training_step_of_the_gpt_with_blocked_attention_gives_the_same_loss_and_gradients():
-    model = small_gpt().train()
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_head": 2}, {"n_kv_head": 1}], ids=["MHA", "GQA", "MQA"])
+def test_a_training_step_of_the_gpt_with_blocked_attention_gives_the_same_loss_and_gradients(overrides):
+    model = small_gpt(**overrides).train()  # shared K/V heads: repeated per group, dK and dV summed by autograd
     idx = torch.randint(50, (2, 20), generator=torch.Generator().manual_seed(0))
     loss = model(idx[:, :-1], idx[:, 1:])[1]
     loss.backward()
