@@ -39,7 +39,7 @@ from torch import nn
 from .causality import cut_map, dependence_map, first_leak, jacobian_map
 from .i18n import display_width as _width
 from .i18n import get_language, set_language, tr
-from .inputs import describe, whole_number
+from .inputs import as_keep_mask, check_part, describe, whole_number
 
 try:
     import transformers
@@ -214,8 +214,7 @@ class Adapter(nn.Module):
             raise TypeError(tr("audit.bad_subject", got=describe(model)))
         if padding not in SIDES:
             raise ValueError(tr("audit.bad_padding", options=", ".join(SIDES), got=describe(padding)))
-        if is_encoder_decoder(model) and part not in ("encoder", "decoder"):
-            raise ValueError(tr("audit.bad_part", got=describe(part)))
+        check_part(part, is_encoder_decoder(model), type(model).__name__)
         self.model, self.padding, self.cached, self.part = model, padding, cached, part
         self.pad = 0 if padding == "none" else whole_number("pad", pad, 0)  # 0: padded, with no padding
         self.pad_ids = torch.zeros(self.pad, dtype=torch.long)  # token 0 in the padding slots
@@ -377,8 +376,8 @@ def library_mask(model, T: int, attention_mask: torch.Tensor | None = None, posi
     """The mask ``transformers`` builds for ``model``'s attention implementation: bool
     [B, 1, T_q, T_kv] (True = may read) or ``None`` (SDPA's fast path: ``is_causal`` instead).
 
-    ``T`` new tokens; ``attention_mask`` [B, past + T] (1 = real token); ``position_ids``
-    [B, T] that restart at 0 mark packed sequences; ``past`` tokens already in a KV cache;
+    ``T`` new tokens; ``attention_mask`` [B, past + T] (1 = real token; an additive float mask is
+    refused); ``position_ids`` [B, T] mark packed sequences (a new one wherever the step is not +1); ``past`` tokens already in a KV cache;
     ``window``: the mask of a sliding-window layer (``create_sliding_window_causal_mask``).
     """
     require_transformers()
@@ -387,7 +386,7 @@ def library_mask(model, T: int, attention_mask: torch.Tensor | None = None, posi
     config = model.config
     T, past = whole_number("T", T, 1), whole_number("past", past, 0)
     if attention_mask is not None:
-        attention_mask = torch.as_tensor(attention_mask)
+        attention_mask = as_keep_mask("attention_mask", attention_mask)  # 1 = real token; an additive mask is refused
         if attention_mask.dim() != 2 or attention_mask.size(1) != past + T:
             raise ValueError(tr("audit.bad_attention_mask", n=past + T, got=tuple(attention_mask.shape)))
     if position_ids is not None:
@@ -410,17 +409,19 @@ def library_mask(model, T: int, attention_mask: torch.Tensor | None = None, posi
 def course_mask(T_q: int, T_kv: int | None = None, keep: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, window: int | None = None, B: int = 1) -> torch.Tensor:
     """The same mask from chapters 7 and 8 (attnlab.mask_builder): causal or sliding window,
-    and the padding of ``keep`` [B, T_kv], and the documents that restarting ``position_ids`` mark."""
+    and the padding of ``keep`` [B, T_kv], and the documents that ``position_ids`` mark: a new one
+    wherever a position is not the one before it plus 1 (``find_packed_sequence_indices`` of transformers)."""
     from .mask_builder import and_masks, batch_mask, document_mod, mask_mod, padding_mod
 
     rules = [mask_mod("causal") if window is None else mask_mod("sliding_window", window=window)]
-    keep = None if keep is None else torch.as_tensor(keep)
+    keep = None if keep is None else as_keep_mask("keep", keep)  # 1 = real token; an additive mask is refused
     position_ids = None if position_ids is None else torch.as_tensor(position_ids)
     if keep is not None:
         rules.append(padding_mod(keep.bool()))
         B = keep.size(0)
     if position_ids is not None:
-        rules.append(document_mod((position_ids == 0).cumsum(dim=-1) - 1))  # a new document at every 0
+        step = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
+        rules.append(document_mod((step != 1).cumsum(dim=-1)))  # a new document wherever the step is not +1, as transformers
         B = position_ids.size(0)
     return batch_mask(and_masks(*rules), B, T_q, T_kv)
 

@@ -129,20 +129,21 @@ class OnlineSoftmax:
     """The running statistics of ``blocked_attention`` for one query tile, kept between calls:
     maximum ``m`` and sum of exponentials ``l`` per row, unnormalised output ``acc``."""
 
-    def __init__(self, rows: torch.Size, d_v: int, device: torch.device):
-        self.m = torch.full(rows, float("-inf"), dtype=torch.float32, device=device)  # [..., bq]
-        self.l = torch.zeros(rows, dtype=torch.float32, device=device)  # [..., bq]
-        self.acc = torch.zeros(*rows, d_v, dtype=torch.float32, device=device)  # [..., bq, d_v]
+    def __init__(self, rows: torch.Size, d_v: int, device: torch.device, dtype: torch.dtype = torch.float32):
+        # dtype: what the sums run in (float32; float64 for float64 inputs, as gradcheck needs)
+        self.m = torch.full(rows, float("-inf"), dtype=dtype, device=device)  # [..., bq]
+        self.l = torch.zeros(rows, dtype=dtype, device=device)  # [..., bq]
+        self.acc = torch.zeros(*rows, d_v, dtype=dtype, device=device)  # [..., bq, d_v]
 
     def add(self, scores: torch.Tensor, v: torch.Tensor) -> None:
-        """Fold in one tile: ``scores`` [..., bq, bk] (float32, -inf where masked), ``v`` [..., bk, d_v]."""
+        """Fold in one tile: ``scores`` [..., bq, bk] (the state's dtype, -inf where masked), ``v`` [..., bk, d_v]."""
         m_new = torch.maximum(self.m, scores.amax(dim=-1))  # [..., bq]
         # a row that has seen only masked keys so far keeps m = -inf: subtract 0 there, not -inf (no NaN)
         shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
         p = torch.exp(scores - shift[..., None])  # [..., bq, bk]
         correction = torch.exp(self.m - shift)  # rescales what was summed under the old maximum
         self.l = self.l * correction + p.sum(dim=-1)
-        self.acc = self.acc * correction[..., None] + p @ v.float()
+        self.acc = self.acc * correction[..., None] + p @ v.to(self.acc.dtype)
         self.m = m_new
 
     def result(self, dtype: torch.dtype) -> torch.Tensor:

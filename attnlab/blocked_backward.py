@@ -25,6 +25,7 @@ code and this module equal.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 
@@ -128,15 +129,16 @@ class ByHand(torch.autograd.Function):
 
 def tile_grads(q, k, v, d_out, lse, D, blocked=None):
     scale = 1 / math.sqrt(q.size(-1))
-    scores = (q @ k.transpose(-2, -1)).float() * scale  # S_ij [..., bq, bk], recomputed
+    dtype = torch.promote_types(q.dtype, torch.float32)  # sums in float32 (float64 stays float64)
+    scores = (q @ k.transpose(-2, -1)).to(dtype) * scale  # S_ij [..., bq, bk], recomputed
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
-    a = torch.exp(scores - lse[..., None])  # A_ij = exp(S_ij - L_i), no softmax needed
-    dv = a.transpose(-2, -1) @ d_out.float()  # this tile's share of dV_j
-    da = d_out.float() @ v.float().transpose(-2, -1)
+    a = torch.exp(scores - lse[..., None])  # A_ij = exp(S_ij - L_i), no softmax; 0 where L_i = +inf
+    dv = a.transpose(-2, -1) @ d_out.to(dtype)  # this tile's share of dV_j
+    da = d_out.to(dtype) @ v.to(dtype).transpose(-2, -1)
     ds = a * (da - D[..., None])
-    dq = ds @ k.float() * scale  # this tile's share of dQ_i
-    dk = ds.transpose(-2, -1) @ q.float() * scale  # this tile's share of dK_j
+    dq = ds @ k.to(dtype) * scale  # this tile's share of dQ_i
+    dk = ds.transpose(-2, -1) @ q.to(dtype) * scale  # this tile's share of dK_j
     return dq, dk, dv
 
 
@@ -170,19 +172,22 @@ def blocked_forward(q, k, v, block=64, causal=True, keep=None):
     """Chapter 3's blocked attention, returning also the row-wise logsumexp L.
 
     q [..., T_q, d], k and v [..., T_kv, d]; ``keep`` [B, T_kv] bool (False: a padding
-    key) for q of shape [B, H, T_q, d]. Returns (O [..., T_q, d_v], L [..., T_q] float32,
-    PassCounts).
+    key) for q of shape [B, H, T_q, d]. Returns (O [..., T_q, d_v], L [..., T_q] in float32, or
+    float64 for float64 inputs, PassCounts). A row that may read no key at all (left padding
+    before the first real token) gets O = 0 and L = +inf, as FlashAttention-2 stores it: then
+    exp(S - L) = 0 in every tile of the backward, and the row adds nothing to any gradient.
     """
     _check(q, k, v, block, causal, keep)
     T_q, T_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
     offset, positions = T_kv - T_q, torch.arange(T_kv, device=q.device)
     counts = PassCounts()
+    dtype = torch.promote_types(q.dtype, torch.float32)  # the sums: float32, float64 for float64 inputs
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=dtype, device=q.device)
     for q_start in range(0, T_q, block):
         q_end = min(q_start + block, T_q)
         q_tile = q[..., q_start:q_end, :] / math.sqrt(d)
-        state = OnlineSoftmax(q_tile.shape[:-1], v.shape[-1], q.device)
+        state = OnlineSoftmax(q_tile.shape[:-1], v.shape[-1], q.device, dtype)
         for k_start in range(0, T_kv, block):
             k_end = min(k_start + block, T_kv)
             kind = tile_kind(offset + q_start, offset + q_end, k_start, k_end) if causal else "full"
@@ -192,13 +197,14 @@ def blocked_forward(q, k, v, block=64, causal=True, keep=None):
             setattr(counts, kind, getattr(counts, kind) + 1)
             counts.matmul_flops += 2 * (q_end - q_start) * (k_end - k_start) * (d + v.shape[-1]) \
                 * math.prod(q.shape[:-2])  # S = Q K^T and A V
-            scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).float()
+            scores = (q_tile @ k[..., k_start:k_end, :].transpose(-2, -1)).to(dtype)
             blocked = tile_mask(kind, positions[offset + q_start:offset + q_end], positions[k_start:k_end], keep)
             if blocked is not None:
                 scores = scores.masked_fill(blocked, float("-inf"))
             state.add(scores, v[..., k_start:k_end, :])
-        out[..., q_start:q_end, :] = state.result(q.dtype)
-        lse[..., q_start:q_end] = state.m + torch.log(state.l)  # L = m + log(l): all the backward needs
+        empty = state.l == 0  # a row that read no key (l >= 1 for any row that read one)
+        out[..., q_start:q_end, :] = state.result(q.dtype).masked_fill(empty[..., None], 0)  # not 0/0 = NaN
+        lse[..., q_start:q_end] = (state.m + torch.log(state.l)).masked_fill(empty, float("inf"))  # L = m + log(l)
     return out, lse, counts
 
 
@@ -209,10 +215,11 @@ def blocked_backward(q, k, v, out, lse, d_out, block=64, causal=True, keep=None)
     check_backward_inputs(q, k, v, out, lse, d_out, block, causal, keep)  # clear errors for bad input
     T_q, T_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
     offset, positions = T_kv - T_q, torch.arange(T_kv, device=q.device)
-    D = (d_out.float() * out.float()).sum(dim=-1)  # D = rowsum(dO * O) [..., T_q], once
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
-    dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
+    dtype = torch.promote_types(q.dtype, torch.float32)  # sums in float32 (float64 stays float64)
+    D = (d_out.to(dtype) * out.to(dtype)).sum(dim=-1)  # D = rowsum(dO * O) [..., T_q], once
+    dq = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    dk = torch.zeros(k.shape, dtype=dtype, device=q.device)
+    dv = torch.zeros(v.shape, dtype=dtype, device=q.device)
     counts = PassCounts()
     for k_start in range(0, T_kv, block):  # outer loop: one key tile, its dK_j and dV_j stay here
         k_end = min(k_start + block, T_kv)
@@ -252,10 +259,11 @@ class BlockedAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def blocked_attention_train(q, k, v, block=64, causal=True, keep=None):
-    """Differentiable blocked attention: [..., T_q, d] x [..., T_kv, d] -> [..., T_q, d_v]."""
+def blocked_attention_train(q, k, v, block=64, causal=True, keep=None, function=None):
+    """Differentiable blocked attention: [..., T_q, d] x [..., T_kv, d] -> [..., T_q, d_v].
+    ``function``: the ``torch.autograd.Function`` to apply (:class:`BlockedAttention` unless given)."""
     _check(q, k, v, block, causal, keep)
-    return BlockedAttention.apply(q, k, v, block, causal, keep)
+    return (function or BlockedAttention).apply(q, k, v, block, causal, keep)
 
 
 # --------------------------------------------------------------------------- what is saved, counted
@@ -293,25 +301,39 @@ def saved_bytes_formula(B, H, T, d_v, element_size=4):
     return B * H * T * T * element_size, B * H * T * d_v * element_size + B * H * T * 4
 
 
+def _blocked_attend(group, block, function, q, k, v):
+    """One ``SelfAttention.attend`` by blocked attention. Grouped-query attention (``n_kv_head < n_head``):
+    each K/V head is repeated for the ``group`` query heads that read it, as SDPA's ``enable_gqa`` reads it;
+    autograd of ``repeat_interleave`` then sums the group's shares into the shared head's dK, dV."""
+    if group > 1:
+        k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    return blocked_attention_train(q, k, v, block=block, function=function)
+
+
 @contextlib.contextmanager
-def blocked_attention_in(model, block=64):
+def blocked_attention_in(model, block=64, function=None):
     """Inside ``with``: every ``SelfAttention`` of the course's GPT attends with
-    :func:`blocked_attention_train` instead of SDPA (full-length causal self-attention only)."""
+    :func:`blocked_attention_train` instead of SDPA (full-length causal self-attention, shared
+    key/value heads included; no window, no dropout in training).
+    ``function``: the ``torch.autograd.Function`` to run, ``apply(q, k, v, block, causal, keep)``
+    (chapter 11 passes the ``BlockedAttention`` of its cell, so an edit there reaches the model);
+    the package's :class:`BlockedAttention` unless given."""
     from .gpt import SelfAttention
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(tr("ch11.error_model", got=inputs.describe(model)))
     block = inputs.whole_number("block", block, 1)
+    if function is not None and not (isinstance(function, type) and issubclass(function, torch.autograd.Function)):
+        raise TypeError(tr("ch11.error_function", got=inputs.describe(function)))
     modules = [m for m in model.modules() if isinstance(m, SelfAttention)]
     for module in modules:
         config = module.config
         what = [name for name, odd in [("causal=False", not config.causal), (f"window={config.window}",
-                config.window is not None), (f"n_kv_head={module.n_kv_head}", module.n_kv_head != module.n_head),
-                (f"dropout={config.dropout} (training=True)", bool(config.dropout) and model.training)] if odd]
+                config.window is not None), (f"dropout={config.dropout} (training=True)", bool(config.dropout) and model.training)] if odd]
         if what:
             raise ValueError(tr("ch11.error_gpt", what=", ".join(what)))
     for module in modules:
-        module.attend = lambda q, k, v: blocked_attention_train(q, k, v, block=block)
+        module.attend = functools.partial(_blocked_attend, module.n_head // module.n_kv_head, block, function)
     try:
         yield model
     finally:

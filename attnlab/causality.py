@@ -111,6 +111,18 @@ def as_sequence(idx: torch.Tensor) -> torch.Tensor:
     return idx
 
 
+def in_vocabulary(model, idx: torch.Tensor) -> torch.Tensor:
+    """``idx`` if every id is below the model's vocabulary size, where the model says it (``config.vocab_size``
+    or its token embedding); a clear error instead of an ``IndexError`` from inside the embedding."""
+    config = getattr(model, "config", None)
+    V = getattr(config, "vocab_size", None)
+    if V is None and isinstance(model, nn.Module) and any(isinstance(m, nn.Embedding) for m in model.modules()):
+        V = find_token_embedding(model).num_embeddings
+    if V is not None and (int(idx.min()) < 0 or int(idx.max()) >= V):
+        raise ValueError(tr("error.token_range", high=V - 1, low_got=int(idx.min()), high_got=int(idx.max())))
+    return idx
+
+
 def dependence_map(model, idx: torch.Tensor, seed: int = 0) -> torch.Tensor:
     """[T, T]: entry [t, s] = max |Δ logits at t| when only the token at s is changed.
 
@@ -217,7 +229,7 @@ def assert_causal(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T:
     """Prefix test (change one later token) and cut test (drop the later tokens) on ``idx``
     [1, T] (random tokens if None). Raises :class:`CausalityError` for the first leaking
     pair; returns the largest change above the diagonal (below ``atol``)."""
-    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx))
     atol = _check_atol(model, idx, atol)
     maps = {"prefix": dependence_map(model, idx, seed), "cut": cut_map(model, idx)}
     for test, leak_map in maps.items():
@@ -261,7 +273,7 @@ def assert_causal_jacobian(model, idx: torch.Tensor | None = None, embedding: nn
                            T: int = 16, seed: int = 0) -> None:
     """The gradient test: every d(output t)/d(embedding s) with s > t must be exactly 0.
     Raises :class:`CausalityError` for the first pair where it is not."""
-    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx))
     _raise_first("jacobian", _checked_jacobian_map(model, idx, embedding, seed), 0.0)
 
 
@@ -269,7 +281,7 @@ def find_leaks(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: in
                embedding: nn.Embedding | None = None) -> dict[str, tuple[int, int] | None]:
     """What each test finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``
     (``embedding``: the token embedding, for a model that is a plain function)."""
-    idx = example_tokens(model, T, seed) if idx is None else as_sequence(idx)
+    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx))
     atol = _check_atol(model, idx, atol)
     return {"prefix": first_leak(dependence_map(model, idx, seed), atol),
             "cut": first_leak(cut_map(model, idx), atol),

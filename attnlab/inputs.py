@@ -147,3 +147,28 @@ def as_allowed_mask(name: str, mask, T_q: int, T_kv: int, batch: int = 1, heads:
                                      and shape[0] in (1, batch) and shape[1] in (1, heads))):
         raise ValueError(tr("error.mask_shape", name=name, T_q=T_q, T_kv=T_kv, B=batch, shape=shape))
     return mask
+
+
+def as_keep_mask(name: str, mask) -> torch.Tensor:
+    """A padding mask in Hugging Face's convention (1 = real token, 0 = padding; bool, int or a 0/1 float),
+    as a tensor. An additive float mask (0 = may read, -inf or the dtype's minimum = blocked) is refused
+    with a message that names it: ``.bool()`` of it reads every real token as padding and back."""
+    mask = torch.as_tensor(mask)
+    if mask.dtype == torch.bool:
+        return mask
+    values = mask.detach()
+    if values.is_floating_point() and (bool((values < 0).any()) or not bool((values != 0).any())):  # all 0: additive too
+        raise ValueError(tr("error.keep_additive", name=name, dtype=str(mask.dtype).removeprefix("torch.")))
+    if not bool(((values == 0) | (values == 1)).all()):
+        raise ValueError(tr("error.keep_values", name=name, values=values.unique()[:6].tolist()))
+    return mask
+
+
+def check_part(part, encoder_decoder: bool, model: str) -> None:
+    """``part`` of a model tested by :class:`attnlab.audit.Adapter`: "encoder" or "decoder" for an
+    encoder-decoder (T5), ``None`` for every other model (checked when the adapter is built, not
+    when it first runs)."""
+    if encoder_decoder and part not in ("encoder", "decoder"):
+        raise ValueError(tr("audit.bad_part", got=describe(part)))
+    if not encoder_decoder and part is not None:
+        raise ValueError(tr("error.part_whole_model", model=model, got=describe(part)))

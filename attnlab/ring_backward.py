@@ -18,11 +18,14 @@ whole ring in one ``torch.autograd.Function`` (:class:`RingAttention`):
   adds the share of each visiting shard to its own queries' dQ.
 
 :func:`run_ring_backward` starts P CPU processes with gloo (as
-:func:`attnlab.ring.run_ring` does) and returns per-rank reports.
+:func:`attnlab.ring.run_ring` does) and returns per-rank reports. Like ``run_ring``,
+``run_ring_backward(jobs, P, code=[tile_grads, ring_backward])`` runs the caller's own
+functions (chapter 11's cells) in the processes instead of the package's.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
@@ -37,7 +40,7 @@ from . import inputs
 from .blocked import attend_tiles, finish_states, start_states, tile_kind
 from .blocked_backward import tile_grads
 from .i18n import set_language, tr
-from .ring import check_sizes, pass_on, run_ranks, shard_positions
+from .ring import check_sizes, code_of, pass_on, run_ranks, shard_positions
 
 
 def pass_tensors(tensors, group=None):
@@ -166,6 +169,17 @@ class BackwardReport:
     cpu_seconds: float = 0.0  # CPU time of this rank's process, start to report
 
 
+def _functions(code: str) -> dict:
+    """This module's functions, with the caller's source text run over them (as :func:`attnlab.ring._functions`):
+    the package's ring backward then calls the caller's ``tile_grads`` or ``ring_backward``."""
+    namespace = dict(globals(), math=math)  # math: chapter 11's tile_grads needs it
+    if code:
+        package = code_of([pass_tensors, shard_backward, ring_backward, RingAttention, run_backward_jobs])
+        exec(compile(package, __file__, "exec"), namespace)  # noqa: S102
+        exec(compile(code, "<code given to run_ring_backward>", "exec"), namespace)  # noqa: S102 (the caller's code)
+    return namespace
+
+
 def run_backward_jobs(jobs, group=None):
     rank, P = dist.get_rank(group), dist.get_world_size(group)
     reports = []
@@ -193,31 +207,33 @@ def run_backward_jobs(jobs, group=None):
     return reports
 
 
-def _worker(rank, P, port, jobs, results, lang, timeout_s):
+def _worker(rank, P, port, jobs, results, lang, timeout_s, code=""):
     try:
         set_language(lang)
         torch.set_num_threads(1)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(P))
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         try:
-            results.put((rank, run_backward_jobs(jobs), None))
+            results.put((rank, _functions(code)["run_backward_jobs"](jobs), None))
         finally:
             dist.destroy_process_group()
     except BaseException:
         results.put((rank, None, traceback.format_exc()))
 
 
-def run_ring_backward(jobs, P, timeout_s=120.0):
+def run_ring_backward(jobs, P, timeout_s=120.0, code=None):
     """Start P gloo processes, run forward and backward of ring attention for each job:
-    a list per job of P :class:`BackwardReport`."""
+    a list per job of P :class:`BackwardReport`. ``code``: the caller's own functions to run
+    instead of the package's (``[tile_grads, ring_backward]``; see :func:`attnlab.ring.code_of`)."""
     P = inputs.whole_number("P", P, 1)
+    code = code_of(code) if code is not None else ""
     if isinstance(jobs, BackwardJob):
         jobs = [jobs]
     if not jobs or not all(isinstance(job, BackwardJob) for job in jobs):
         raise TypeError(tr("ch11.error_jobs", got=inputs.describe(jobs)))
     for job in jobs:
         check_sizes(job.T, P, job.layout, job.block)
-    reports = run_ranks(_worker, P, jobs, timeout_s, modules=("attnlab.ring_backward",))
+    reports = run_ranks(_worker, P, jobs, timeout_s, code, modules=("attnlab.ring_backward",))
     return [[reports[r][j] for r in range(P)] for j in range(len(jobs))]
 
 

@@ -106,8 +106,9 @@ def test_the_logsumexp_is_the_row_logsumexp_of_the_scores():
     assert torch.allclose(lse, scores.logsumexp(dim=-1), **TOL)
 
 
-def test_a_training_step_of_the_gpt_with_blocked_attention_gives_the_same_loss_and_gradients():
-    model = small_gpt().train()
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_head": 2}, {"n_kv_head": 1}], ids=["MHA", "GQA", "MQA"])
+def test_a_training_step_of_the_gpt_with_blocked_attention_gives_the_same_loss_and_gradients(overrides):
+    model = small_gpt(**overrides).train()  # shared K/V heads: repeated per group, dK and dV summed by autograd
     idx = torch.randint(50, (2, 20), generator=torch.Generator().manual_seed(0))
     loss = model(idx[:, :-1], idx[:, 1:])[1]
     loss.backward()
@@ -189,3 +190,67 @@ def test_odd_shapes_float64_and_non_contiguous_inputs_match_sdpa():
             x.grad = None
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(d_out)
         assert mine[0].dtype == dtype and all(torch.allclose(a, x.grad, **TOL) for a, x in zip(mine, (q, k, v)))
+
+
+def test_left_padding_gives_zero_rows_and_finite_gradients_as_sdpa_does():
+    """A query that may read no key (left padding, issue 32 I4): L = +inf as FlashAttention-2 stores it,
+    output 0 and no NaN in any gradient, within tolerance of SDPA (which returns zero rows there)."""
+    torch.manual_seed(3)
+    B, H, T, block = 2, 2, 11, 4
+    q, k, v, d_out = torch.randn(4, B, H, T, 8).unbind(0)
+    keep = torch.ones(B, T, dtype=torch.bool)
+    keep[0, :5] = False  # queries 0 to 4 of sequence 0 read nothing: one whole tile and part of the next
+    out, lse, _ = blocked_forward(q, k, v, block, True, keep)
+    assert lse[0, :, :5].isposinf().all() and lse[0, :, 5:].isfinite().all() and (out[0, :, :5] == 0).all()
+    ref_in, mine_in = ([t.clone().requires_grad_() for t in (q, k, v)] for _ in range(2))
+    ref = F.scaled_dot_product_attention(*ref_in, attn_mask=causal_allowed(T) & keep[:, None, None, :])
+    ref.backward(d_out)
+    mine = blocked_attention_train(*mine_in, block=block, keep=keep)
+    mine.backward(d_out)
+    assert torch.allclose(mine, ref, **TOL)
+    for a, b in zip(mine_in, ref_in):
+        assert a.grad.isfinite().all() and torch.allclose(a.grad, b.grad, **TOL)
+    assert (mine_in[0].grad[0, :, :5] == 0).all()  # dQ of a row that reads nothing is exactly 0
+
+
+def test_gradcheck_passes_in_float64_because_the_sums_follow_the_inputs_dtype():
+    """float64 in, float64 sums (torch.promote_types(dtype, float32)), so gradcheck's finite differences work."""
+    from attnlab.blocked_backward import BlockedAttention, tile_grads
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    keep = torch.ones(1, 6, dtype=torch.bool)
+    keep[0, :2] = False
+    for mask in (None, keep):
+        assert torch.autograd.gradcheck(lambda a, b, c: BlockedAttention.apply(a, b, c, 4, True, mask), (q, k, v))
+    out, lse, _ = blocked_forward(q, k, v, 4)
+    assert out.dtype == lse.dtype == torch.float64
+    D = (out * out).sum(dim=-1)
+    assert all(g.dtype == torch.float64 for g in tile_grads(q, k, v, out, lse, D))  # no "double != float"
+    half = [x.detach().to(torch.bfloat16) for x in (q, k, v)]
+    assert blocked_forward(*half, 4)[1].dtype == torch.float32  # half precision still sums in float32
+
+
+def test_blocked_attention_in_runs_the_function_it_is_given():
+    """Chapter 11 passes the BlockedAttention of its cell (function=...), so an edit of the cell reaches the model."""
+    from attnlab.blocked_backward import BlockedAttention
+
+    class NoValueGradient(BlockedAttention):
+        @staticmethod
+        def backward(ctx, d_out):
+            dq, dk, dv, *rest = BlockedAttention.backward(ctx, d_out)
+            return dq, dk, torch.zeros_like(dv), *rest
+
+    model, idx = small_gpt(), torch.randint(0, 20, (2, 9), generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for name, function in (("package", None), ("given", BlockedAttention), ("broken", NoValueGradient)):
+        model.zero_grad()
+        with blocked_attention_in(model, block=4, function=function):
+            model(idx[:, :-1], idx[:, 1:])[1].backward()
+        grads[name] = [p.grad.clone() for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(grads["package"], grads["given"]))
+    assert not all(torch.allclose(a, b, **TOL) for a, b in zip(grads["package"], grads["broken"]))
+    for wrong in (BlockedAttention.apply, torch.nn.Linear(2, 2), "BlockedAttention"):
+        assert_message_in_languages(TypeError, lambda: blocked_attention_in(model, function=wrong).__enter__(),
+                                    {"en": ["torch.autograd.Function", "BlockedAttention.apply"],
+                                     "de": ["Klasse selbst"], "zh": ["传类本身"]})

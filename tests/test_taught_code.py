@@ -8,6 +8,7 @@ comments are in the reader's language), and by running both on the same input.
 """
 
 import ast
+import functools
 import inspect
 import math
 
@@ -239,3 +240,92 @@ def test_chapter_6_shows_the_package_cache_update_and_its_caches_run_it():
     cell = defined_in(notebook_cells("06-kv-cache"), "update")
     assert ast.dump(definition(cell, "update")) == ast.dump(definition(inspect.getsource(gpt.KVCache), "update"))
     assert "KVCache.update = update" in cell
+
+
+# ---- chapters 10 and 11: every taught cell drives what the page prints after it (issue 32, point 7)
+
+
+def printed_by(chapter: str, needed: tuple[str, ...], changes: tuple[tuple[str, str], ...] = (),
+               prelude: str = "") -> list[str]:
+    """Run the code cells of ``chapter`` (en) that contain one of ``needed`` (in page order) after the
+    reader's ``changes``; return what each printed. Each cell is registered with ``linecache`` as a
+    kernel does, so ``inspect.getsource`` works on its functions (``run_ring_backward(code=...)``)."""
+    import contextlib
+    import io
+    import linecache
+
+    cells = [cell for cell in notebook_cells(chapter) if any(part in cell for part in needed)]
+    assert len(cells) == len(needed), [part for part in needed if not any(part in cell for cell in cells)]
+    source = "".join(cells)
+    for old, _ in changes:
+        assert old in source, old
+    namespace: dict = {}
+    exec("import attnlab\nattnlab.setup('en')\n" + prelude, namespace)
+    printed = []
+    for i, cell in enumerate(cells):
+        for old, new in changes:
+            cell = cell.replace(old, new)
+        name = f"<{chapter} cell {i}>"
+        linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(cell, name, "exec"), namespace)
+        printed.append(out.getvalue())
+    return printed
+
+
+CHAPTER_11 = "11-backward-pass"
+CH11_IMPORTS = "from attnlab.blocked_backward import"
+CH11_STEP = ("def tile_grads", "def blocked_backward", "class BlockedAttention", "with blocked_attention_in(model")
+CH11_RING = ("def tile_grads", "def ring_backward", "results = run_ring_backward(")
+BREAKS_11 = {  # taught cell: (its edit, the cells to run, the first of them whose output must change)
+    "attention_grads: dS without D": ([("ds = a * (da - D)", "ds = a * da")],
+                                      ("def attention_grads", "class ByHand"), "class ByHand"),
+    "ByHand: twice the gradient": ([("return *attention_grads(q, k, v, d_out, allowed), None",
+                                     "return *attention_grads(q, k, v, 2 * d_out, allowed), None")],
+                                   ("def attention_grads", "class ByHand"), "class ByHand"),
+    "tile_grads: dK without its scale, GPT step": ([("dk = ds.transpose(-2, -1) @ q.to(dtype) * scale",
+                                                     "dk = ds.transpose(-2, -1) @ q.to(dtype)")], CH11_STEP,
+                                                   "with blocked_attention_in(model"),
+    "tile_grads: dK without its scale, ring": ([("dk = ds.transpose(-2, -1) @ q.to(dtype) * scale",
+                                                 "dk = ds.transpose(-2, -1) @ q.to(dtype)")], CH11_RING,
+                                               "results = run_ring_backward("),
+    "blocked_backward: dV twice": ([("dv[..., ks, :] += tile_dv", "dv[..., ks, :] += 2 * tile_dv")], CH11_STEP,
+                                   "with blocked_attention_in(model"),
+    "BlockedAttention: no dV": ([("return dq, dk, dv, None, None, None", "return dq, dk, 0 * dv, None, None, None")],
+                                CH11_STEP, "with blocked_attention_in(model"),
+    "ring_backward: dQ zeroed": ([("dq += share_dq", "dq += 0 * share_dq")], CH11_RING, "results = run_ring_backward("),
+    "ring_backward: no last hop": ([("elif P > 1:", "elif False:")], CH11_RING, "results = run_ring_backward("),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def shown_11(needed: tuple[str, ...]) -> list[str]:
+    return printed_by(CHAPTER_11, needed)
+
+
+@pytest.mark.parametrize("taught", list(BREAKS_11))
+def test_a_broken_taught_cell_of_chapter_11_changes_what_the_page_prints(taught):
+    """The learner's experiment (issue 32): break a taught cell in a copy, and the later output must change.
+    About 1 s each (the first ring run a few seconds: the process server starts)."""
+    changes, needed, watched = BREAKS_11[taught]
+    needed = (CH11_IMPORTS, *needed)
+    index = needed.index(watched)
+    shown = shown_11(needed)
+    broken = printed_by(CHAPTER_11, needed, tuple(changes))
+    assert "True" in shown[index], shown[index]
+    assert broken[index].count("False") > shown[index].count("False"), broken[index]  # a check that held now fails
+
+
+def test_a_broken_own_mask_attention_changes_what_chapter_10_prints():
+    """Chapter 10's own_mask_attention is registered with the library and runs in the Llama that the
+    next cell tests: let it drop the causal rule that the mask brings, and the left-padded run leaks too."""
+    pytest.importorskip("transformers")
+    needed = ("from attnlab.audit import", "def own_mask_attention", 'own = tiny_model("llama", "my_own_mask")')
+    prelude = "import torch\nidx = torch.randint(1, 128, (1, 8), generator=torch.Generator().manual_seed(0))\n"
+    broken = printed_by("10-auditing-a-real-model", needed, (("if attention_mask is not None:", "if False:"),), prelude)
+    shown = printed_by("10-auditing-a-real-model", needed, (), prelude)  # last: the shown function stays registered
+    broken, shown = broken[-1], shown[-1]
+    assert broken != shown
+    left = [run.splitlines()[1] for run in (shown, broken)]  # the left-padded run: no leak, then a leak
+    assert left[0].count("None") == 3 and left[1].count("None") < 3, left
