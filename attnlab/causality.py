@@ -4,8 +4,11 @@ A model is anything that maps token ids [B, T] (``torch.long``) to logits
 [B, T, V], or to a tuple whose first element is the logits (as
 :class:`~attnlab.gpt.GPT` does). Every test runs the model in eval mode (no
 dropout) and puts it back in the mode it was in. Each map is [T, T], row =
-output position t, column = input position s; a causal model has exactly
-nothing above the diagonal (s > t).
+output position t, column = input position s; a causal model has nothing
+above the diagonal (s > t): in the prefix and cut maps up to rounding (they
+compare runs of different shapes, a batch of 1 against a batch of T, T tokens
+against fewer, and kernels may add in another order for another shape), in the
+Jacobian map exactly 0 (gradients through weights that are exactly 0).
 
 - :func:`dependence_map` (the prefix test, one position at a time): entry
   [t, s] is how far the logits at t move when only the token at s changes.

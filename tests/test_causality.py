@@ -47,14 +47,16 @@ def test_the_table_covers_every_variant():
 
 @pytest.mark.parametrize("attention", ["sdpa", "explicit"])
 @pytest.mark.parametrize("norm", ["layer", "rms"])
-def test_the_causal_model_passes_every_test_with_exact_zeros(attention, norm):
+def test_the_causal_model_passes_every_test_within_rounding_and_with_exact_jacobian_zeros(attention, norm):
     model = small(attention=attention, norm=norm)
     idx = example_tokens(model, T=12)
     assert find_leaks(model, idx) == {"prefix": None, "cut": None, "jacobian": None}
     future = torch.ones(12, 12, dtype=torch.bool).triu(1)
-    assert (dependence_map(model, idx)[future] == 0).all()  # same length: bit for bit
-    assert (jacobian_map(model, idx)[future] == 0).all()  # the gradient is exactly zero
-    assert cut_map(model, idx)[future].max() < 1e-5  # another length: only rounding
+    # A batch of 1 against a batch of T, and T tokens against fewer: other shapes, so only up to rounding
+    # (kernels split their sums by shape; the bits may differ on one CPU and agree on another).
+    assert dependence_map(model, idx)[future].max() < 1e-5
+    assert cut_map(model, idx)[future].max() < 1e-5
+    assert (jacobian_map(model, idx)[future] == 0).all()  # exact on any machine: gradients through weights that are exactly 0
     assert assert_causal(model, idx) < 1e-5
     assert_causal_jacobian(model, idx)
 
