@@ -377,8 +377,9 @@ class Adapter(nn.Module):
             return self._decode(ids, lambda x, **kw: self.model(decoder_input_ids=x, **run, **kw))
         full, mask = self._padded(ids)
         positions = self._positions(mask)
-        if not self.cached:
-            return output_of(self.model(input_ids=full, attention_mask=mask, **positions))[:, self._real(T)]
+        if not self.cached:  # no cache built either (a cache layer that crashes is the cached run's finding)
+            off = {"use_cache": False} if "use_cache" in _parameters(type(self.model)) else {}
+            return output_of(self.model(input_ids=full, attention_mask=mask, **positions, **off))[:, self._real(T)]
         pieces, past = [], None
         keyword = cache_keyword(type(self.model))
         if keyword is None:
@@ -598,9 +599,13 @@ def one_line(error: BaseException) -> str:
 def repro_line(config, model_class, padding: str, cached: bool) -> str:
     """A one-line Python command that builds the tiny model from the library alone and makes the call
     that failed (the non-default config values, the first half of 8 tokens, then one cached step)."""
-    diff = {k: v for k, v in config.to_diff_dict().items()
+    try:
+        default = type(config)().to_dict()
+    except Exception:
+        default = {}
+    diff = {k: v for k, v in config.to_dict().items()
             if k not in ("transformers_version", "architectures", "model_type", "dtype", "torch_dtype")
-            and isinstance(v, (int, float, bool, str)) and not isinstance(v, dict)}
+            and isinstance(v, (int, float, bool, str)) and default.get(k, object()) != v}
     call = "o = m(x[:, :4], use_cache=True); m(x[:, 4:5], use_cache=True, cache=o.cache)" if cached \
         else "m(x)"
     return (f"python -c \"import torch, transformers as t; m = t.{model_class.__name__}(t.{type(config).__name__}"
@@ -653,6 +658,8 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
     if not implementations:
         raise ValueError(tr("audit.no_implementations"))
     config, model_class, label = _subject(model_or_name)
+    if model_class is None and not _registered_config(config):
+        raise ValueError(tr("audit.not_registered", config=type(config).__name__))
     config, changed = as_decoder(config, model_class)
     for key, value in changed.items():
         notes.append(("audit.note_set", {"setting": f"{key}={value}"}))
@@ -1110,7 +1117,8 @@ def _colon() -> str:
 
 class _Formatter(argparse.HelpFormatter):
     def add_usage(self, usage, actions, groups, prefix=None):
-        super().add_usage(usage, actions, groups, tr("audit.cli_usage") + _colon())
+        prefix = tr("audit.cli_usage")  # "usage:", "用法：" (no space after a full-width colon)
+        super().add_usage(usage, actions, groups, prefix if prefix.endswith("：") else prefix + " ")
 
     def start_section(self, heading):
         super().start_section(None if heading is None else heading + "\x00")  # argparse adds ":" after it
