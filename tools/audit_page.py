@@ -23,7 +23,7 @@ LANGS = ("en", "de", "zh")
 BART_FAMILY = ("BartForCausalLM", "BigBirdPegasusForCausalLM", "BlenderbotForCausalLM", "BlenderbotSmallForCausalLM",
                "MarianForCausalLM", "MBartForCausalLM", "MvpForCausalLM", "PegasusForCausalLM")
 REPRO = ('python -c "import torch, transformers as t; t.BartForCausalLM(t.BartConfig(encoder_layers=1, '
-         'decoder_layers=2))(torch.ones(1, 4, dtype=torch.long), use_cache=True)"')
+         'decoder_layers=2, d_model=16, vocab_size=64))(torch.ones(1, 4, dtype=torch.long), use_cache=True)"')
 
 TEXT = {
     "title": {"en": "# Causality of transformers {version}",
@@ -47,9 +47,9 @@ TEXT = {
                   "de": "## Ein Fehler der Bibliothek: der Cache der Causal-LM-Klassen der BART-Familie",
                   "zh": "## 库的一个 bug：BART 家族因果语言模型类的缓存"},
     "bug": {
-        "en": "The `*ForCausalLM` classes of the BART family ({classes}) size their KV cache by `config.num_hidden_layers`, which these configs map to `encoder_layers`; the decoder has `decoder_layers`. With more decoder than encoder layers, any forward pass with `use_cache=True` (and so `generate()`) raises `IndexError: list index out of range` at the first layer the cache lacks. The auditor's tiny configs have `encoder_layers=1, decoder_layers=2` on purpose: a valid config, and the mismatch is where such a bug lives. The uncached pass runs, so the auditor calls it a library error, not a leak. One line reproduces it with the library alone:\n\n```sh\n{repro}\n```\n\nThe same mistake in `generate()` for encoder-decoder models was reported as [huggingface/transformers#40120](https://github.com/huggingface/transformers/issues/40120) and fixed in [PR #40277](https://github.com/huggingface/transformers/pull/40277) (2025); for these decoder-only classes we found no upstream issue or fix among the stored issue threads we searched.",
-        "de": "Die `*ForCausalLM`-Klassen der BART-Familie ({classes}) bemessen ihren KV-Cache nach `config.num_hidden_layers`, was diese Konfigurationen auf `encoder_layers` abbilden; der Decoder hat aber `decoder_layers` Schichten. Hat er mehr Schichten als der Encoder, bricht jeder Vorwärtsdurchlauf mit `use_cache=True` (und damit `generate()`) mit `IndexError: list index out of range` ab, an der ersten Schicht, die im Cache fehlt. Die winzigen Konfigurationen des Prüfwerkzeugs haben absichtlich `encoder_layers=1, decoder_layers=2`: Das ist eine gültige Konfiguration, und genau an dieser Ungleichheit steckt so ein Fehler. Der Durchlauf ohne Cache läuft, deshalb nennt das Prüfwerkzeug es einen Fehler der Bibliothek, kein Leck. Eine Zeile zeigt ihn mit der Bibliothek allein:\n\n```sh\n{repro}\n```\n\nDenselben Fehler in `generate()` für Encoder-Decoder-Modelle meldete [huggingface/transformers#40120](https://github.com/huggingface/transformers/issues/40120); behoben wurde er in [PR #40277](https://github.com/huggingface/transformers/pull/40277) (2025). Für diese reinen Decoder-Klassen haben wir in den gespeicherten Issue-Threads, die wir durchsucht haben, weder ein Issue noch eine Korrektur gefunden.",
-        "zh": "BART 家族的 `*ForCausalLM` 类（{classes}）按 `config.num_hidden_layers` 确定 KV cache 的层数，而这些配置把它映射到 `encoder_layers`；解码器的层数却是 `decoder_layers`。当解码器的层数多于编码器时，任何 `use_cache=True` 的前向传播（因而 `generate()` 也一样）都会在缓存缺少的第一层抛出 `IndexError: list index out of range`。审查工具的微型配置有意设为 `encoder_layers=1, decoder_layers=2`：这是合法的配置，而这类 bug 恰恰藏在层数不相等的地方。不用缓存的前向传播能正常运行，所以审查工具把它判为库的错误，而不是泄露。只用这个库，一行命令就能复现：\n\n```sh\n{repro}\n```\n\n`generate()` 在编码器-解码器模型上的同一个错误曾被报告为 [huggingface/transformers#40120](https://github.com/huggingface/transformers/issues/40120)，并在 [PR #40277](https://github.com/huggingface/transformers/pull/40277)（2025 年）中修复；对这些只有解码器的类，我们在检索过的已存档 issue 讨论中没有找到上游的 issue 或修复。"},
+        "en": "The `*ForCausalLM` classes of the BART family ({classes}) size their KV cache by `config.num_hidden_layers`, which these configs map to `encoder_layers`; the decoder has `decoder_layers`. With more decoder than encoder layers, any forward pass with `use_cache=True` (and so `generate()`) raises `IndexError: list index out of range` at the first layer the cache lacks. The auditor's tiny configs have `encoder_layers=1, decoder_layers=2` on purpose: a valid config, and the mismatch is where such a bug lives. The uncached pass runs, so the auditor calls it a library error, not a leak. One line reproduces it with the library alone:\n\n```sh\n{repro}\n```\n\nA similar mistake in `generate()` for encoder-decoder models was reported as [huggingface/transformers#40120](https://github.com/huggingface/transformers/issues/40120) and fixed in [PR #40277](https://github.com/huggingface/transformers/pull/40277) (2025); for these decoder-only classes we found no upstream issue or fix among the stored issue threads we searched.",
+        "de": "Die `*ForCausalLM`-Klassen der BART-Familie ({classes}) bemessen ihren KV-Cache nach `config.num_hidden_layers`, was diese Konfigurationen auf `encoder_layers` abbilden; der Decoder hat aber `decoder_layers` Schichten. Hat er mehr Schichten als der Encoder, bricht jeder Vorwärtsdurchlauf mit `use_cache=True` (und damit `generate()`) mit `IndexError: list index out of range` ab, an der ersten Schicht, die im Cache fehlt. Die winzigen Konfigurationen des Prüfwerkzeugs haben absichtlich `encoder_layers=1, decoder_layers=2`: Das ist eine gültige Konfiguration, und genau an dieser Ungleichheit steckt so ein Fehler. Der Durchlauf ohne Cache läuft, deshalb nennt das Prüfwerkzeug es einen Fehler der Bibliothek, kein Leck. Eine Zeile zeigt ihn mit der Bibliothek allein:\n\n```sh\n{repro}\n```\n\nEinen ähnlichen Fehler in `generate()` für Encoder-Decoder-Modelle meldete [huggingface/transformers#40120](https://github.com/huggingface/transformers/issues/40120); behoben wurde er in [PR #40277](https://github.com/huggingface/transformers/pull/40277) (2025). Für diese reinen Decoder-Klassen haben wir in den gespeicherten Issue-Threads, die wir durchsucht haben, weder ein Issue noch eine Korrektur gefunden.",
+        "zh": "BART 家族的 `*ForCausalLM` 类（{classes}）按 `config.num_hidden_layers` 确定 KV cache 的层数，而这些配置把它映射到 `encoder_layers`；解码器的层数却是 `decoder_layers`。当解码器的层数多于编码器时，任何 `use_cache=True` 的前向传播（因而 `generate()` 也一样）都会在缓存缺少的第一层抛出 `IndexError: list index out of range`。审查工具的微型配置有意设为 `encoder_layers=1, decoder_layers=2`：这是合法的配置，而这类 bug 恰恰藏在层数不相等的地方。不用缓存的前向传播能正常运行，所以审查工具把它判为库的错误，而不是泄露。只用这个库，一行命令就能复现：\n\n```sh\n{repro}\n```\n\n`generate()` 在编码器-解码器模型上的一个类似错误曾被报告为 [huggingface/transformers#40120](https://github.com/huggingface/transformers/issues/40120)，并在 [PR #40277](https://github.com/huggingface/transformers/pull/40277)（2025 年）中修复；对这些只有解码器的类，我们在检索过的已存档 issue 讨论中没有找到上游的 issue 或修复。"},
     "history_title": {"en": "## Two bugs of earlier versions", "de": "## Zwei Fehler früherer Versionen",
                       "zh": "## 早期版本的两个 bug"},
     "history": {
@@ -95,8 +95,8 @@ def page_source(data: dict) -> str:
     bart = [f"`{v.target}`" for v in verdicts if v.target in BART_FAMILY and v.kind == "library_error"]
     sections = []
 
-    def block(texts: dict) -> str:
-        return "\n\n".join(f"::::{{lang}} {lang}\n{texts[lang]}\n::::" for lang in LANGS)
+    def block(texts: dict) -> dict:
+        return texts
 
     intro = {lang: TEXT["title"][lang].format(**values) + "\n\n" + TEXT["intro"][lang].format(**values)
              for lang in LANGS}
@@ -125,7 +125,8 @@ def page_source(data: dict) -> str:
         tables[lang] = "\n".join(lines) + "\n\n" + TEXT["footer"][lang]
     sections.append(block(tables))
     header = "---\nkind: page\n---\n\n"
-    return header + "\n\n".join(sections) + "\n"
+    whole = {lang: "\n\n".join(section[lang] for section in sections) for lang in LANGS}  # one prose cell
+    return header + "\n\n".join(f"::::{{lang}} {lang}\n{whole[lang]}\n::::" for lang in LANGS) + "\n"
 
 
 def main(argv=None) -> int:
