@@ -203,6 +203,14 @@ def as_decoder(config, model_class):
     return config, {}
 
 
+def vocab_of(config) -> int | None:
+    """The vocabulary size of ``config``, or of its text config (a multimodal model's)."""
+    size = getattr(config, "vocab_size", None)
+    if size is None and hasattr(config, "get_text_config"):
+        size = getattr(config.get_text_config(), "vocab_size", None)
+    return size
+
+
 def as_ids(ids, vocab_size: int | None = None, name: str = "ids") -> torch.Tensor:
     """Token ids as a long tensor [B, T]: a list (of lists) or a 1-D tensor [T] is accepted as one reading
     (a batch of one); floats, an empty sequence or ids outside the vocabulary are a clear error."""
@@ -325,8 +333,8 @@ class Adapter(nn.Module):
         self.config = model.config
         self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)
         if encoder_ids is None:  # the fixed sequence a decoder reads (T5)
-            encoder_ids = torch.randint(1, model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(seed))
-        self.encoder_ids = as_ids(encoder_ids, model.config.vocab_size, "encoder_ids")
+            encoder_ids = torch.randint(1, vocab_of(model.config), (1, 7), generator=torch.Generator().manual_seed(seed))
+        self.encoder_ids = as_ids(encoder_ids, vocab_of(model.config), "encoder_ids")
 
     def get_input_embeddings(self) -> nn.Module:
         """The token embedding the tested ids go through (T5: its encoder's or its decoder's)."""
@@ -363,7 +371,7 @@ class Adapter(nn.Module):
         return {"position_ids": (mask.cumsum(dim=-1) - 1).clamp(min=0)}
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        ids = as_ids(ids, self.config.vocab_size)
+        ids = as_ids(ids, vocab_of(self.config))
         T = ids.size(1)
         if self.part == "encoder":
             full, mask = self._padded(ids)
@@ -432,7 +440,7 @@ def padding_reads(model, ids: torch.Tensor, side: str = "left", part: str | None
     (counted in the unpadded sequence) whose output moves by more than ``atol`` when the padding token at
     position ``p`` of the padded row changes. ``{}``: the padding is not read (the mask works)."""
     adapter = Adapter(model, side, part=part, pad=pad)
-    ids = as_ids(ids, adapter.config.vocab_size)
+    ids = as_ids(ids, vocab_of(adapter.config))
     first = ids.size(1) if side == "right" else 0  # where the padding starts in the padded row
     with torch.no_grad():
         base = adapter(ids)  # [1, T, V]
@@ -450,7 +458,7 @@ def padding_reads(model, ids: torch.Tensor, side: str = "left", part: str | None
 def cached_matches(model, ids: torch.Tensor, padding: str = "none", part: str | None = None,
                    atol: float = ATOL) -> bool:
     """Do the logits through the KV cache equal those of one uncached forward pass (within ``atol``)?"""
-    ids = as_ids(ids, model.config.vocab_size)
+    ids = as_ids(ids, vocab_of(model.config))
     with torch.no_grad():
         plain = Adapter(model, padding, cached=False, part=part)(ids)
         cached = Adapter(model, padding, cached=True, part=part)(ids)
@@ -460,7 +468,7 @@ def cached_matches(model, ids: torch.Tensor, padding: str = "none", part: str | 
 def generate_matches(model, prompts: torch.Tensor, lengths, new_tokens: int = 4, atol: float = ATOL) -> dict:
     """``generate()`` (greedy) with and without the cache on left-padded ``prompts`` [B, T]
     (row b has ``lengths[b]`` real tokens at its end): are the tokens equal, the logits close?"""
-    prompts = as_ids(prompts, model.config.vocab_size, "prompts")
+    prompts = as_ids(prompts, vocab_of(model.config), "prompts")
     B, T = prompts.shape
     if isinstance(lengths, (int, torch.Tensor)) and not isinstance(lengths, bool):
         lengths = [lengths] * B if isinstance(lengths, int) else lengths.tolist()
@@ -568,7 +576,7 @@ class AuditRow:
 
 def test_maps(adapter: Adapter, ids: torch.Tensor, seed: int = 0) -> dict:
     """The three maps of chapter 5 for ``adapter`` on ``ids`` [1, T] (a list or a 1-D tensor [T] too)."""
-    ids = as_ids(ids, getattr(adapter.config, "vocab_size", None))
+    ids = as_ids(ids, vocab_of(adapter.config))
     T = ids.size(1)
     jacobian = jacobian_map(adapter, ids, adapter.get_input_embeddings(), seed)  # [T, P + T] when padded
     return {"prefix": dependence_map(adapter, ids, seed), "cut": cut_map(adapter, ids),
@@ -686,7 +694,7 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
     longest = next((getattr(config, key) for key in ("max_position_embeddings", "n_positions")
                     if isinstance(getattr(config, key, None), int)), None)
     T = whole_number("T", T, 2, None if longest is None else longest - PAD)  # the padded row must fit too
-    vocab = getattr(config, "vocab_size", None) or getattr(config.get_text_config(), "vocab_size", None)
+    vocab = vocab_of(config)
     ids = torch.randint(1, vocab, (1, T), generator=torch.Generator().manual_seed(seed))
     rows, built, refused = [], 0, None
     for impl in implementations:
@@ -869,7 +877,11 @@ SIZES = dict(rotary_dim=8, vocab_size=128, hidden_size=32, intermediate_size=64,
              state_size=8, ssm_state_size=8, mamba_d_state=8, mamba_n_heads=4, mamba_d_head=16, time_step_rank=4,
              conv_kernel=4, mamba_d_conv=4, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16,
              linear_value_head_dim=16, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
-             v_head_dim=16)
+             v_head_dim=16,
+             # hybrids: at least one attention layer among the two (a stack of only state-space layers is no
+             # checkpoint's, and the library's cache code assumes one)
+             attn_layer_period=2, attn_layer_offset=1, attn_layer_indices=[1], expert_layer_period=2,
+             expert_layer_offset=1)
 
 
 def small_config(config_class):
@@ -1248,12 +1260,13 @@ def _main(argv=None) -> int:
             if limit is None or limit <= 0:
                 raise ValueError(tr("audit.bad_limit", got=describe(args.limit)))
             def write(verdicts):
-                if args.json:
-                    with open(args.json, "w", encoding="utf-8") as out:
+                if args.json:  # whole or not at all: a reader never sees half a file
+                    with open(args.json + ".part", "w", encoding="utf-8") as out:
                         json.dump(sweep_json(verdicts, limit=limit, workers=workers,
                                              implementations=list(implementations), length=length),
                                   out, indent=1, ensure_ascii=False)
                         out.write("\n")
+                    os.replace(args.json + ".part", args.json)
 
             verdicts = sweep(None, implementations, PADDINGS, length, workers, limit, progress=sys.stderr, done=write)
             write(verdicts)
