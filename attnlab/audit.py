@@ -196,11 +196,13 @@ def as_decoder(config, model_class):
     was set, ``{}`` when nothing was."""
     if model_class is None or registered_as(model_class) != "causal" or getattr(config, "is_encoder_decoder", False):
         return config, {}
-    if hasattr(config, "is_decoder") and not config.is_decoder:
+    changed = {key: True for key in ("is_decoder", "causal")  # XLM: causal=False is its masked-LM setting
+               if isinstance(getattr(config, key, None), bool) and not getattr(config, key)}
+    if changed:
         config = copy.deepcopy(config)
-        config.is_decoder = True
-        return config, {"is_decoder": True}
-    return config, {}
+        for key in changed:
+            setattr(config, key, True)
+    return config, changed
 
 
 def vocab_of(config) -> int | None:
@@ -892,11 +894,12 @@ def small_config(config_class):
     sizes = {k: v for k, v in SIZES.items() if hasattr(defaults, k)}
     if "encoder_layers" in sizes:
         sizes.pop("num_hidden_layers", None)  # an alias of encoder_layers in BART's family
-    kinds = getattr(defaults, "layer_types", None)
-    if isinstance(kinds, (list, tuple)) and kinds and all(isinstance(k, str) for k in kinds):
-        distinct = list(dict.fromkeys(kinds))
-        sizes["layer_types"] = distinct if len(distinct) > 1 else distinct * 2
-        sizes["num_hidden_layers"] = len(sizes["layer_types"])
+    for pattern in ("layer_types", "block_types"):  # RecurrentGemma: block_types
+        kinds = getattr(defaults, pattern, None)
+        if isinstance(kinds, (list, tuple)) and kinds and all(isinstance(k, str) for k in kinds):
+            distinct = list(dict.fromkeys(kinds))
+            sizes[pattern] = distinct if len(distinct) > 1 else distinct * 2
+            sizes["num_hidden_layers"] = len(sizes[pattern])
     for key in ("text_config", "decoder_config", "vision_config", "audio_config", "speech_config"):
         sub = getattr(defaults, key, None)
         if isinstance(sub, transformers.PreTrainedConfig):
@@ -961,10 +964,11 @@ class Verdict:
             if row.cache_ok is False:
                 return tr("audit.reason_cache", lang=lang, diff=f"{row.cache_diff:.1e}", **values)
             return tr("audit.reason_padding", lang=lang, diff=f"{row.padding_diff:.1e}", **values)
-        decoders = any(r.expected_causal for r in self.rows)
+        decoders = [r.expected_causal for r in self.rows]
         shifted = any(r.padding_read is False for r in self.rows)
-        text = tr("audit.reason_ok_causal" if decoders else "audit.reason_ok_bidirectional", lang=lang,
-                  n=len(self.rows))
+        key = "audit.reason_ok_causal" if all(decoders) else "audit.reason_ok_bidirectional" if not any(decoders) \
+            else "audit.reason_ok_parts"
+        text = tr(key, lang=lang, n=len(self.rows))
         return text + (tr("audit.reason_positions_only", lang=lang) if shifted else "")
 
     def note_lines(self, lang: str | None = None) -> list[str]:
