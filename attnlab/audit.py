@@ -705,7 +705,7 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
         except (ValueError, ImportError, NotImplementedError) as error:  # the class refuses this implementation
             if len(implementations) == 1 or impl in LEAKY:
                 raise
-            notes.append(("audit.note_skipped", {"impl": impl, "message": one_line(error)}))
+            notes.append(("audit.note_skipped", {"impl": impl, "message": one_line(error).split(". ")[0]}))
             refused = error
             continue
         built += 1

@@ -21,7 +21,7 @@ DATA = ROOT / "attnlab" / "data" / "audit-transformers.json"
 SOURCE = ROOT / "chapters" / "src" / "transformers-causality.md"
 LANGS = ("en", "de", "zh")
 BART_FAMILY = ("BartForCausalLM", "BigBirdPegasusForCausalLM", "BlenderbotForCausalLM", "BlenderbotSmallForCausalLM",
-               "MarianForCausalLM", "MBartForCausalLM", "MvpForCausalLM", "PegasusForCausalLM")
+               "MarianForCausalLM", "MBartForCausalLM", "MvpForCausalLM", "PegasusForCausalLM", "PLBartForCausalLM")
 REPRO = ('python -c "import torch, transformers as t; t.BartForCausalLM(t.BartConfig(encoder_layers=1, '
          'decoder_layers=2, d_model=16, vocab_size=64))(torch.ones(1, 4, dtype=torch.long), use_cache=True)"')
 
