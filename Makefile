@@ -13,7 +13,7 @@ LAB_LANG ?= en
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book site serve test venv notebooks font browser lab bench clean
+.PHONY: book site serve test venv notebooks font browser lab bench audit-page clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,9 @@ notebooks: $(STAMP)            ## regenerate and execute every notebook from its
 
 bench: $(STAMP)                ## measure every performance claim (benchmarks/results/, attnlab/data/benchmarks.json)
 	$(BIN)/python -m benchmarks.run --publish $(BENCH_ARGS)
+
+audit-page: $(STAMP)           ## the page "Causality of transformers" from attnlab/data/audit-transformers.json (SWEEP=1: rerun the sweep first, ~15 min on 2 cores)
+	$(BIN)/python -m tools.audit_page $(if $(SWEEP),--sweep,)
 
 font: $(STAMP)                 ## rebuild the CJK font subset from Debian's fonts-noto-cjk (installed when missing)
 	@test -d /usr/share/fonts/opentype/noto || \

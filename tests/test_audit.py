@@ -100,7 +100,7 @@ def test_the_verdict_names_a_leak_only_where_the_tests_found_one():
 
 
 def test_bad_input_gets_a_clear_message():
-    with pytest.raises(ValueError, match="model must be one of"):
+    with pytest.raises(ValueError, match="unknown model: gpt5"):
         audit("gpt5")
     with pytest.raises(ValueError, match="padding must be one of"):
         Adapter(tiny_model("llama"), padding="top")
@@ -281,3 +281,167 @@ def test_the_jacobian_test_reads_the_real_tokens_columns_on_either_side():
     assert leaks == {"prefix": None, "cut": None, "jacobian": None}
     encoder = Adapter(tiny_model("t5", "sdpa"), "right", part="encoder")
     assert find_leaks(encoder, ids, embedding=encoder.get_input_embeddings())["jacobian"] == (0, 1)
+
+
+# --------------------------------------------------------------------------
+# Issue 35: verdicts to trust (each case the sweep over transformers met, on a tiny model; no download)
+
+
+def test_encoder_family_causal_lm_classes_are_built_as_decoders_and_say_so():
+    from attnlab.audit import audit_target
+
+    verdict = audit_target("RobertaForCausalLM", ("sdpa",), ("none",), T=5)  # the RoBERTa family of #48745
+    assert verdict.kind == "ok" and verdict.rows[0].expected_causal and verdict.rows[0].causal
+    assert verdict.notes == [("audit.note_set", {"setting": "is_decoder=True"})]
+    for lang, needle in [("en", "as the library intends"), ("de", "wie die Bibliothek es vorsieht"), ("zh", "按库的本意")]:
+        assert needle in verdict.note_lines(lang)[0]
+    for name in ("BertLMHeadModel", "BertGenerationDecoder", "OpenAIGPTLMHeadModel"):  # from the registration,
+        rows = audit_target(name, ("eager",), ("none",), T=4).rows  # not the name: none may "read ahead"
+        assert rows and all(row.expected_causal and row.causal for row in rows), name
+
+
+def test_only_positions_shift_when_padding_is_not_read():
+    # RoBERTa counts positions from padding_idx + 1, so its padded logits differ; the padding is not read
+    from attnlab.audit import audit_target
+
+    verdict = audit_target("RobertaForMaskedLM", ("eager",), ("left",), T=5)
+    row = verdict.rows[0]
+    assert verdict.kind == "ok" and row.padding_ok is False and row.padding_read is False and row.as_expected
+    assert "positions only" in audit_table(verdict.rows) and "padding is not read" in verdict.reason("en")
+    i18n.set_language("zh")
+    assert "仅位置不同" in audit_table(verdict.rows) and "padding 没有被读取" in verdict.reason()
+
+
+def test_tolerances_scale_with_the_logits():
+    from attnlab.audit import cached_matches, tolerance
+
+    assert tolerance(torch.tensor([0.5, -0.2])) == 1e-5 and tolerance(torch.tensor([25.0, -3.0])) == pytest.approx(2.5e-4)
+    model = tiny_model("llama", "eager")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3000.0)  # logits in the thousands: float32 noise far above a fixed 1e-5
+    ids = torch.randint(1, 128, (1, 6), generator=torch.Generator().manual_seed(0))
+    assert cached_matches(model, ids) and cached_matches(model, ids, "left")
+
+
+def test_a_recurrent_models_cached_steps_get_the_steps_own_mask():
+    import transformers
+
+    from attnlab.audit import audit_target, step_mask
+
+    verdict = audit_target("MambaForCausalLM", IMPLEMENTATIONS_BOTH, ("none", "left"), T=5)
+    assert verdict.kind == "ok" and all(row.cache_ok for row in verdict.rows)
+    assert [key for key, _ in verdict.notes] == ["audit.note_skipped"] and verdict.notes[0][1]["impl"] == "sdpa"
+    mamba = transformers.MambaForCausalLM(transformers.MambaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1,
+                                                                   state_size=4))
+    ids, mask = torch.ones(1, 6, dtype=torch.long), torch.ones(1, 6, dtype=torch.long)
+    assert step_mask(mamba, ids, mask, 4, 5, None) is None  # as generate() passes it: none after the prefill
+    assert step_mask(tiny_model("llama"), ids, mask, 4, 5, None).shape == (1, 5)  # attention: cache + step
+
+
+IMPLEMENTATIONS_BOTH = ("eager", "sdpa")
+
+
+def test_the_bart_family_cache_bug_is_a_library_error_with_a_repro_that_fails_the_same_way():
+    from attnlab.audit import audit_target
+
+    verdict = audit_target("BartForCausalLM", ("eager",), ("none",), T=4)
+    assert verdict.kind == "library_error" and verdict.exit_status == 1
+    assert verdict.message.startswith("IndexError") and "'decoder_layers': 2" in verdict.repro
+    code = verdict.repro.split('-c "', 1)[1].rstrip('"')
+    with pytest.raises(IndexError):
+        exec(code, {})  # the one-line repro: the library alone, no attnlab
+    for lang, word in [("en", "LIBRARY ERROR"), ("de", "FEHLER DER BIBLIOTHEK"), ("zh", "库的错误")]:
+        assert verdict.word(lang) == word and verdict.message in verdict.reason(lang)
+
+
+def test_every_verdict_kind_reads_right_in_every_language():
+    from attnlab.audit import AuditRow, Verdict
+
+    none = {"prefix": None, "cut": None, "jacobian": None}
+    rows = {"ok": [AuditRow("m", "sdpa", "none", None, True, none, True)],
+            "leak": [AuditRow("m", "sdpa", "none", None, True, dict(none, cut=(0, 2)), False)],
+            "differ": [AuditRow("m", "sdpa", "none", None, True, none, False, cache_diff=3e-3)]}
+    verdicts = [Verdict("m", kind, rows.get(kind, []), [], "RuntimeError: boom") for kind in
+                ("ok", "leak", "differ", "library_error", "not_applicable", "could_not_audit")]
+    assert [v.exit_status for v in verdicts] == [0, 1, 1, 1, 0, 2]
+    for lang in ("en", "de", "zh"):
+        texts = [v.word(lang) + v.reason(lang) for v in verdicts]
+        assert len(set(texts)) == 6 and "{" not in "".join(texts)
+        assert "： " not in "".join(texts) and ("(0, 2)" in texts[1] or "0" in texts[1])
+    assert "input 2" in verdicts[1].reason("en") and "3.0e-03" in verdicts[2].reason("en")
+
+
+def test_what_a_class_refuses_or_cannot_take_is_a_verdict_not_a_traceback(capsys, tmp_path, monkeypatch):
+    import transformers
+
+    from attnlab.audit import audit_target
+
+    class EmbedsOnly(transformers.LlamaForCausalLM):
+        def forward(self, inputs_embeds=None, attention_mask=None):  # no input_ids
+            return super().forward(inputs_embeds=inputs_embeds, attention_mask=attention_mask)
+
+    assert audit_target(EmbedsOnly, ("eager",), ("none",), T=4).kind == "not_applicable"
+    (tmp_path / "mine.py").write_text("import transformers\n\nclass MyConfig(transformers.PreTrainedConfig):\n"
+                                      "    model_type = 'mine'\n")
+    (tmp_path / "broken.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    verdict = audit_target("mine:MyConfig", ("eager",), ("none",), T=4)  # the README's example, unregistered
+    assert verdict.kind == "could_not_audit" and "not registered with AutoModelForCausalLM" in verdict.message
+    assert len(verdict.message) < 300  # one line, not the list of 200 registered configs
+    with pytest.raises(ValueError, match="importing broken failed inside the module: ModuleNotFoundError"):
+        audit("broken:MyModel")
+    assert len(audit("LlamaForCausalLM", implementations="sdpa", paddings="none", T=4)) == 1  # as the CLI takes it
+    assert main(["mine:MyConfig", "--implementations", "eager", "--length", "4"]) == 2
+    out = capsys.readouterr()
+    assert "COULD NOT AUDIT" in out.out and "Traceback" not in out.out + out.err
+    assert main(["llama", "--implementations", ""]) == 2  # not "all 0 rows as expected"
+    assert "at least one attention implementation" in capsys.readouterr().err
+
+
+def test_another_transformers_version_says_which_check_it_cannot_run():
+    from attnlab.audit import Adapter as A, NoCache, cache_keyword
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None):
+            pass
+
+    class Neither(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None):
+            pass
+
+    assert cache_keyword(Old) == "past_key_values" and cache_keyword(Neither) is None
+    assert cache_keyword(type(tiny_model("llama"))) == "cache"
+    neither = Neither()
+    neither.config = tiny_model("llama").config
+    with pytest.raises(NoCache, match="cache check cannot run"):
+        A(neither, cached=True)(torch.tensor([[1, 2, 3]]))
+
+
+@pytest.mark.parametrize("language, usage, heading, needs", [
+    ("en", "usage: python -m attnlab.audit", "\noptions:\n", "--length needs a value"),
+    ("de", "Aufruf: python -m attnlab.audit", "\nOptionen:\n", "--length braucht einen Wert"),
+    ("zh", "用法：python -m attnlab.audit", "\n选项：\n", "--length 需要一个值")])
+def test_the_command_lines_usage_headings_and_errors_read_right_in_each_language(capsys, language, usage, heading,
+                                                                                   needs):
+    with pytest.raises(SystemExit):
+        main(["--help", "--lang", language])
+    text = capsys.readouterr().out
+    assert text.startswith(usage) and heading in text and "： " not in text and "：:" not in text
+    with pytest.raises(SystemExit) as exit_:
+        main(["llama", "--lang", language, "--length"])
+    assert exit_.value.code == 2 and needs in capsys.readouterr().err
+    for target, word in [("meta-llama/Llama-3-8B", {"en": "Hub id", "de": "Hugging Face Hub", "zh": "Hub 的 id"}),
+                         ("./checkpoints/config.json", {"en": "file path", "de": "Dateipfad", "zh": "文件路径"})]:
+        assert main([target, "--lang", language]) == 2
+        err = capsys.readouterr().err
+        assert word[language] in err and "LlamaForCausalLM" in err and "Traceback" not in err
+
+
+def test_the_sweep_gives_each_target_a_verdict_within_its_time_limit():
+    from attnlab.audit import sweep, sweep_summary, sweep_table
+
+    verdicts = sweep(["llama", "NoSuchModel"], ("sdpa",), ("none",), T=4, workers=2, limit=120)
+    assert [v.kind for v in verdicts] == ["ok", "could_not_audit"] and "unknown model" in verdicts[1].message
+    slow = sweep(["gemma3"], ("sdpa",), ("none",), T=4, workers=1, limit=0.01)[0]
+    assert slow.kind == "could_not_audit" and "time limit" in slow.message
+    assert "NoSuchModel" in sweep_table(verdicts) and "2 targets" in sweep_summary(verdicts)
