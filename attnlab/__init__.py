@@ -16,9 +16,9 @@ pin_cpu_numerics()  # before torch computes anything: the same float sums on eve
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from .i18n import get_language, set_language, tr
+from .i18n import get_language, labeled, number, percent, set_language, tr
 
-__all__ = ["setup", "pick_device", "set_language", "get_language", "tr", "tokens"]
+__all__ = ["setup", "pick_device", "set_language", "get_language", "tr", "labeled", "number", "percent", "tokens"]
 __version__ = "0.1.0"
 
 
