@@ -115,6 +115,8 @@ def display_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def pad(text: str, width: int) -> str:
-    """``text`` followed by spaces up to ``width`` columns, so that printed columns line up in every language."""
-    return text + " " * max(0, width - display_width(text))
+def pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` filled with spaces up to ``width`` columns (after it, or before it with ``right=True``),
+    so that printed columns line up in every language."""
+    fill = " " * max(0, width - display_width(text))
+    return fill + text if right else text + fill

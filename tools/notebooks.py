@@ -807,7 +807,7 @@ def chapter_list(body: str, lang: str, where: str, root: pathlib.Path = ROOT) ->
         number, title = chapter_title(slug, lang, root)
         if number != place:
             raise SourceError(f"{where}: chapter {slug} is numbered {number} but is number {place} in _toc.yml")
-        lines.append(f"{number}. **{title}**: {entries[slug]}")
+        lines.append(f"{number}. **{title}**{'：' if lang == 'zh' else ': '}{entries[slug]}")
     return "\n".join(lines)
 
 
