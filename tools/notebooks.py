@@ -334,6 +334,14 @@ def strip_comments(code: str) -> str:
 # ``.format(**values)`` form.
 
 MESSAGE_FUNCTIONS = ("tr", "attnlab.tr", "i18n.tr")
+
+
+def _FULL_WIDTH_END(text: str) -> bool:
+    """Whether ``text`` ends with full-width punctuation (after which Chinese puts no space)."""
+    import unicodedata
+
+    return unicodedata.east_asian_width(text[-1]) in "WF" and unicodedata.category(text[-1])[0] == "P"
+
 NO_REWRITE_INSIDE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 CODE_WIDTH = 120  # an f-string longer than this is split into adjacent literals, one per line
 
@@ -619,7 +627,10 @@ class _MessageWriter:
         close = self.code.find("}", end)
         if brace < 0 or close < 0 or self.code[brace + 1:start].strip():
             return None
-        return brace, close + 1, _string_literal(text, quote, braces=True)
+        end = close + 1
+        if text and _FULL_WIDTH_END(text) and self.code[end:end + 1] == " ":
+            end += 1  # f"{tr('k')} {x}" -> f"相同：{x}": no space after a full-width colon
+        return brace, end, _string_literal(text, quote, braces=True)
 
     def inside_brackets(self, call: ast.Call) -> bool:
         """Whether the call is an argument of a call or an item of a list/tuple/dict/set display (lines may break)."""
