@@ -13,9 +13,9 @@ import random
 import numpy as np
 import torch
 
-from .i18n import get_language, set_language, tr
+from .i18n import get_language, labeled, number, percent, set_language, tr
 
-__all__ = ["setup", "pick_device", "set_language", "get_language", "tr", "tokens"]
+__all__ = ["setup", "pick_device", "set_language", "get_language", "tr", "labeled", "number", "percent", "tokens"]
 __version__ = "0.1.0"
 
 

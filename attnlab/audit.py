@@ -758,7 +758,7 @@ def audit_table(rows: list[AuditRow]) -> str:
         + [tr("audit.col_cache"), tr("audit.col_padded"), tr("audit.col_verdict")]
     lines = [header]
     for row in rows:
-        name = row.model if row.part is None else f"{row.model} ({tr('audit.part_' + row.part)})"
+        name = row.model if row.part is None else tr("audit.model_part", m=row.model, p=tr("audit.part_" + row.part))
         cache = "-" if row.cache_ok is None else tr("audit.yes" if row.cache_ok else "audit.no")
         padded = "-" if row.padding_ok is None else tr("audit.yes") if row.padding_ok \
             else tr("audit.positions_only") if row.padding_read is False else tr("audit.no")

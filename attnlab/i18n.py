@@ -14,6 +14,7 @@ languages with the same placeholders.
 
 from __future__ import annotations
 
+import operator
 import string
 import unicodedata
 import tomllib
@@ -64,11 +65,58 @@ def placeholders(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
+# How a reader of each language groups the digits of a whole number. German prose writes
+# 65.536, but printed outputs use the decimal point of code (0.125), so there a point would
+# be ambiguous: German outputs group with a narrow no-break space (U+202F), as DIN 1333 and
+# the SI allow. See docs/authoring.md, "Numbers and labels in outputs".
+GROUP_SEPARATOR = {"en": ",", "de": "\u202f", "zh": ","}
+
+
+def number(n, lang: str | None = None) -> str:
+    """A whole number with its digits grouped as the reader's language groups them.
+
+    ``number(65536)`` gives ``65,536`` in English and Chinese and ``65 536`` (a narrow
+    no-break space) in German, where ``65,536`` would read as a decimal fraction.
+    """
+    if isinstance(n, bool):
+        raise TypeError(f"number() takes a whole number, not {n!r}")
+    value = operator.index(n)  # int, numpy and 0-d torch integers; a float is refused
+    return f"{value:,}".replace(",", GROUP_SEPARATOR[lang or _current])
+
+
+def percent(fraction: float, digits: int = 0, lang: str | None = None) -> str:
+    """A fraction as a percentage: ``32%`` in English and Chinese, ``32 %`` in German (narrow no-break space)."""
+    text = f"{float(fraction) * 100:.{digits}f}"
+    return text + ("\u202f%" if (lang or _current) == "de" else "%")
+
+
+def _ends_full_width(text: str) -> bool:
+    return bool(text) and unicodedata.east_asian_width(text[-1]) in "WF" and unicodedata.category(text[-1])[0] == "P"
+
+
+def labeled(*parts) -> str:
+    """What ``print(*parts)`` prints, without the space after full-width punctuation.
+
+    ``print(labeled(tr("ch1.row_sums"), sums))``: ``row sums: tensor(...)`` in English,
+    ``每行之和：tensor(...)`` in Chinese, where ``print("每行之和：", sums)`` would put a
+    space after the full-width colon. Every part is shown with ``str()``, as print shows it.
+    """
+    out = ""
+    for i, part in enumerate(parts):
+        text = str(part)
+        if i and not _ends_full_width(out):
+            out += " "
+        out += text
+    return out
+
+
 def display_width(text: str) -> int:
     """Columns ``text`` takes in a monospaced font: a Chinese character (wide or full-width) takes two."""
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def pad(text: str, width: int) -> str:
-    """``text`` followed by spaces up to ``width`` columns, so that printed columns line up in every language."""
-    return text + " " * max(0, width - display_width(text))
+def pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` filled with spaces up to ``width`` columns (after it, or before it with ``right=True``),
+    so that printed columns line up in every language."""
+    fill = " " * max(0, width - display_width(text))
+    return fill + text if right else text + fill

@@ -117,6 +117,7 @@ def message_prose(lang: str) -> dict[str, list[tuple[int, str]]]:
 def reader_text(line: str) -> str:
     """A prose line without inline code and link targets (what is checked for plain alternatives)."""
     line = re.sub(r"^`{3,}\{[^}]*\}", " ", line)  # a directive's name
+    line = re.sub(r"^\d\d-[a-z0-9-]+: ", " ", line)  # a {chapter-list} line's chapter slug
     line = re.sub(r"`[^`]*`", " ", line)
     return re.sub(r"\]\([^)]*\)", "]", line)
 

@@ -66,3 +66,18 @@ def test_font_subset_covers_every_character_of_the_chinese_course_text():
     assert "因果掩码" in text and "掩码速查表" in text
     missing = sorted({ch for ch in text if "\u2e80" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef"} - {chr(c) for c in cmap})
     assert missing == [], f"run `make font`: missing {''.join(missing)}"
+
+
+def test_numbers_percentages_and_labels_are_printed_as_each_language_writes_them():
+    assert i18n.number(65536, lang="en") == "65,536" == i18n.number(65536, lang="zh")
+    assert i18n.number(65536, lang="de") == "65\u202f536"  # never 65,536: a German reader sees a decimal comma
+    assert i18n.number(999, lang="de") == "999"
+    assert i18n.percent(0.3199, lang="en") == "32%" and i18n.percent(0.25, digits=1, lang="de") == "25.0\u202f%"
+    with pytest.raises(TypeError):
+        i18n.number(2.5)
+    with pytest.raises(TypeError):
+        i18n.number(True)
+    assert i18n.labeled("row sums:", [1, 2]) == "row sums: [1, 2]"  # what print(label, value) prints
+    assert i18n.labeled("每行之和：", [1, 2]) == "每行之和：[1, 2]"  # no space after a full-width colon
+    assert i18n.labeled("  ", "a：", 1, "|", "b：", True) == "   a：1 | b：True"
+    assert i18n.pad("参数量", 8, right=True) == "  参数量" and i18n.pad("ab", 4) == "ab  "

@@ -279,3 +279,33 @@ def test_refresh_takes_new_prose_keeps_outputs_and_rewrites_nothing_when_code_ch
     with pytest.raises(notebooks.SourceError, match="code changed"):
         notebooks.refresh(notebooks.parse_source(path), tmp_path)
     assert [p.read_bytes() for p in refreshed] == before  # refused: nothing was rewritten
+
+
+def test_the_index_lists_every_chapter_of_the_toc_in_order_with_its_own_title():
+    slugs = notebooks.toc_chapters()
+    assert len(slugs) >= 11 and slugs == sorted(slugs)
+    for lang in notebooks.LANGUAGES:
+        page = (notebooks.ROOT / "chapters" / lang / "index.md").read_text("utf-8")
+        items = re.findall(r"^(\d+)\. \*\*(.+?)\*\*", page, re.M)
+        assert [int(n) for n, _ in items] == list(range(1, len(slugs) + 1)), lang
+        assert [t for _, t in items] == [notebooks.chapter_title(s, lang)[1] for s in slugs], lang
+
+
+def test_a_chapter_list_without_a_chapter_of_the_toc_or_with_an_unknown_one_is_rejected():
+    lines = [f"{slug}: text" for slug in notebooks.toc_chapters()]
+    assert notebooks.chapter_list("\n".join(lines), "en", "x").startswith("1. **")
+    with pytest.raises(notebooks.SourceError, match="lacks 10-auditing-a-real-model"):
+        notebooks.chapter_list("\n".join(l for l in lines if not l.startswith("10-")), "en", "x")
+    with pytest.raises(notebooks.SourceError, match="names 12-new"):
+        notebooks.chapter_list("\n".join(lines + ["12-new: text"]), "en", "x")
+
+
+def test_a_comment_with_english_words_in_a_de_or_zh_notebook_is_found(tmp_path):
+    path = write_source(tmp_path, "::::{lang} en\nHi\n```python\nx = 1  # the new query\n```\n::::\n"
+                                  "::::{lang} de\nHallo\n```python\nx = 1  # the new query\n```\n::::\n"
+                                  "::::{lang} zh\n你好\n```python\nx = 1  # 新的查询\n```\n::::\n\n"
+                                  "```{code-cell}\nq, k = 1, 2  # [B, T] each\nq_kv = q  # [B, H, T_kv, d] -> [B, T, D]\n"
+                                  "dq = k  # dQ = dS K / sqrt(d)\nk_new = k  # [B, T]: en: new keys | de: neue Keys | zh: 新的键\n```\n")
+    found = notebooks.untranslated_comments(notebooks.parse_source(path))
+    assert sorted(f.split(": ", 1)[1] for f in found) == ["de prose: '# the new query' (the, new, query)",
+                                                         "de: '# [B, T] each' (each)", "zh: '# [B, T] each' (each)"], found

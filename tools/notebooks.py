@@ -334,6 +334,14 @@ def strip_comments(code: str) -> str:
 # ``.format(**values)`` form.
 
 MESSAGE_FUNCTIONS = ("tr", "attnlab.tr", "i18n.tr")
+
+
+def _FULL_WIDTH_END(text: str) -> bool:
+    """Whether ``text`` ends with full-width punctuation (after which Chinese puts no space)."""
+    import unicodedata
+
+    return unicodedata.east_asian_width(text[-1]) in "WF" and unicodedata.category(text[-1])[0] == "P"
+
 NO_REWRITE_INSIDE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 CODE_WIDTH = 120  # an f-string longer than this is split into adjacent literals, one per line
 
@@ -619,7 +627,10 @@ class _MessageWriter:
         close = self.code.find("}", end)
         if brace < 0 or close < 0 or self.code[brace + 1:start].strip():
             return None
-        return brace, close + 1, _string_literal(text, quote, braces=True)
+        end = close + 1
+        if text and _FULL_WIDTH_END(text) and self.code[end:end + 1] == " ":
+            end += 1  # f"{tr('k')} {x}" -> f"相同：{x}": no space after a full-width colon
+        return brace, end, _string_literal(text, quote, braces=True)
 
     def inside_brackets(self, call: ast.Call) -> bool:
         """Whether the call is an argument of a call or an item of a list/tuple/dict/set display (lines may break)."""
@@ -755,10 +766,72 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
     return nb
 
 
+# The landing page's list of chapters comes from one place: _toc.yml gives the chapters
+# and their order, each chapter's first heading (``# 4 · Title``) its number and title in
+# every language. The source writes only what each chapter teaches:
+#
+#     ```{chapter-list}
+#     01-causal-mask: why position $t$ may read only positions $0..t$, …
+#     02-multi-head-attention: $D$, $H$ and $d$, …
+#     ```
+#
+# and the page shows ``1. **The causal mask**: why position …``. A chapter of the toc
+# without a line, a line for a chapter the toc lacks, or a number that is not the
+# chapter's place in the toc is an error; a renamed chapter makes the page stale.
+CHAPTER_LIST = re.compile(r"^```\{chapter-list\}\n(?P<body>.*?)\n```$", re.M | re.S)
+CHAPTER_TITLE = re.compile(r"^# (?P<number>\d+) · (?P<title>.+)$")
+
+
+def toc_chapters(root: pathlib.Path = ROOT) -> list[str]:
+    """Slugs of the numbered chapters (``NN-slug``), in the order of _toc.yml."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text("utf-8"))
+    files = [entry["file"] for part in toc["parts"] for entry in part.get("chapters", [])]
+    return [f.rsplit("/", 1)[1] for f in files if f.startswith("chapters/en/") and re.match(r"\d\d-", f.rsplit("/", 1)[1])]
+
+
+def chapter_title(slug: str, lang: str, root: pathlib.Path = ROOT) -> tuple[int, str]:
+    """(number, title) of a chapter in ``lang``, from the first heading of its source."""
+    source = parse_source(root / "chapters" / "src" / f"{slug}.md")
+    first = next(cell for cell in source.cells if cell.kind == "markdown").text[lang].splitlines()[0]
+    if not (m := CHAPTER_TITLE.match(first)):
+        raise SourceError(f"{source.rel}: the {lang} block must start with '# N · Title', not {first[:60]!r}")
+    return int(m.group("number")), m.group("title")
+
+
+def chapter_list(body: str, lang: str, where: str, root: pathlib.Path = ROOT) -> str:
+    """The numbered Markdown list of a ``{chapter-list}`` block in ``lang`` (see above)."""
+    entries: dict[str, str] = {}
+    for line in body.splitlines():
+        slug, sep, text = line.partition(": ")
+        if not sep or not text.strip():
+            raise SourceError(f"{where}: {{chapter-list}} line {line[:60]!r} must be 'NN-slug: what it teaches'")
+        if slug in entries:
+            raise SourceError(f"{where}: {{chapter-list}} names {slug} twice ({lang})")
+        entries[slug] = text.strip()
+    chapters = toc_chapters(root)
+    if missing := [slug for slug in chapters if slug not in entries]:
+        raise SourceError(f"{where}: {{chapter-list}} ({lang}) lacks {', '.join(missing)}, which _toc.yml lists")
+    if extra := [slug for slug in entries if slug not in chapters]:
+        raise SourceError(f"{where}: {{chapter-list}} ({lang}) names {', '.join(extra)}, which _toc.yml does not list")
+    lines = []
+    for place, slug in enumerate(chapters, start=1):
+        number, title = chapter_title(slug, lang, root)
+        if number != place:
+            raise SourceError(f"{where}: chapter {slug} is numbered {number} but is number {place} in _toc.yml")
+        lines.append(f"{number}. **{title}**{'：' if lang == 'zh' else ': '}{entries[slug]}")
+    return "\n".join(lines)
+
+
+def page_text(text: str, lang: str, where: str) -> str:
+    """A page's Markdown in ``lang`` with its ``{chapter-list}`` written out."""
+    return CHAPTER_LIST.sub(lambda m: chapter_list(m.group("body"), lang, where), text)
+
+
 def render_page(source: Source, lang: str) -> str:
     """A plain Markdown page; its code cells become ``python`` code blocks (not executed)."""
     header = f"<!-- Generated from {source.rel} by tools/notebooks.py: edit the source, not this file. -->\n\n"
-    parts = [cell.text[lang] if cell.kind == "markdown" else f"```python\n{render_code(cell.text, lang)}\n```"
+    parts = [page_text(cell.text[lang], lang, f"{source.rel}:{cell.line}") if cell.kind == "markdown"
+             else f"```python\n{render_code(cell.text, lang)}\n```"
              for cell in source.cells]
     return header + "\n\n".join(parts) + "\n"
 
@@ -877,8 +950,67 @@ def compared_code(nb: nbformat.NotebookNode, source: Source, lang: str, neutral=
             if code != []]
 
 
+# A comment that a German or Chinese reader sees in English. A comment written without
+# ``en:/de:/zh:`` stays the same in every language, so it may hold only what needs no
+# translation: shapes and formulas (``# [B, H, T, d] -> [B, T, D]``, ``# dV = A^T dO``).
+# A word of three or more letters in it (or a two-letter English word, SHORT_ENGLISH) must be
+# a name the cell's code uses, a word with a digit or an underscore (``T_kv``, ``float32``),
+# an abbreviation in capitals, a gradient (``dO``), or one of CODE_WORDS; anything else (``each``, ``greedy``, ``may attend``) is English prose. The
+# same holds for comments in the ``python`` blocks of a de or zh prose block (a hint's
+# code) that the en block has word for word.
+CODE_WORDS = frozenset({"noqa", "rowsum", "sqrt", "exp", "log", "max", "min", "sum", "softmax", "tril", "triu", "bool",
+                        "block"})
+SHORT_ENGLISH = frozenset({"on", "at", "of", "to", "is", "in", "by", "or", "if", "it", "as", "an", "be", "we", "no", "up"})
+_PROSE_CODE_BLOCK = re.compile(r"^(?P<indent> *)```(?:python|py|\{code-block\} python)\n(?P<code>.*?)\n(?P=indent)```$", re.M | re.S)
+
+
+def _comments(code: str) -> list[tuple[int, str]]:
+    import io
+    import tokenize
+
+    try:
+        return [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(code).readline)
+                if tok.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return [(n + 1, line[line.index("#"):]) for n, line in enumerate(code.split("\n")) if line.lstrip().startswith("#")]
+
+
+def _names(code: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"#.*", "", code)))
+
+
+def english_words(comment: str, names: set[str]) -> list[str]:
+    """The words of an untranslated comment that are prose, not code (see above)."""
+    words = re.findall(r"[A-Za-z][A-Za-z0-9_]*", comment.lstrip("#"))
+    return [w for w in words if (len(w) > 2 or w.lower() in SHORT_ENGLISH) and w not in names and w not in CODE_WORDS
+            and not w.isupper() and not re.fullmatch(r"d[A-Z]\w*", w)  # dO, dV: a gradient's name
+            and not re.search(r"[0-9_]", w) and w not in (SOLUTION_BEGIN[2:].split() + SOLUTION_END[2:].split())]
+
+
+def untranslated_comments(source: Source) -> list[str]:
+    """``file:line: comment`` for every comment a de or zh reader of ``source`` would see in English."""
+    found = []
+    for cell in source.cells:
+        if cell.kind == "code":
+            names = _names(cell.text)
+            english = {text for _, text in _comments(localize_code(cell.text, "en"))}
+            for lang in ("de", "zh"):
+                for line, text in _comments(localize_code(cell.text, lang)):
+                    if text in english and (words := english_words(text, names)):
+                        found.append(f"{source.rel}:{cell.line + line}: {lang}: {text!r} ({', '.join(words)})")
+            continue
+        english = {text for block in _PROSE_CODE_BLOCK.finditer(cell.text["en"]) for _, text in _comments(block["code"])}
+        for lang in ("de", "zh"):
+            for block in _PROSE_CODE_BLOCK.finditer(cell.text[lang]):
+                names = _names(block["code"])
+                for _, text in _comments(block["code"]):
+                    if text in english and (words := english_words(text, names)):
+                        found.append(f"{source.rel}:{cell.line}: {lang} prose: {text!r} ({', '.join(words)})")
+    return sorted(set(found), key=found.index)
+
+
 def check(root: pathlib.Path = ROOT) -> list[str]:
-    """Problems with the committed files: stale, missing, orphaned, or code drift."""
+    """Problems with the committed files: stale, missing, orphaned, code drift, English comments in de/zh."""
     problems: list[str] = []
     try:
         sources = find_sources()
@@ -886,6 +1018,9 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
         return [str(error)]
     expected: set[pathlib.Path] = set()
     for source in sources:
+        problems += [f"{where}: an English comment in the {where.split(': ')[1]} notebook; write it "
+                     "'# en: … | de: … | zh: …' (only shapes and formulas stay untranslated)"
+                     for where in untranslated_comments(source)]
         if is_exercise(source):
             problems += check_exercise(source, root, expected)
             continue
