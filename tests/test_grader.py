@@ -586,3 +586,75 @@ def test_model_output_objects_in_a_list_answer_are_named():
 
     problem = grader.compare_outputs([True, False], [CausalLMOutput(logits=torch.zeros(1)), False])
     assert problem.key == "grader.model_output_in_answer" and problem.params == {"got": "CausalLMOutput"}
+
+
+# --------------------------------------------------------------------------
+# Issue 33: the cases reach where wrong answers fail; what a call changes besides its result is named
+
+from grader_answers import NEW_RIGHT, NEW_WRONG  # noqa: E402
+
+NEW_RIGHTS = [(t, n) for t in TASKS for n in range(len(NEW_RIGHT.get(t, [])))]
+
+
+def test_every_task_has_new_wrong_answers_of_issue_33_and_another_right_one():
+    for task_id in TASKS:
+        if task_id == "ch9.pass_on":  # runs on the ranks: its side effects there are not watched
+            continue
+        assert len(NEW_WRONG[task_id]) >= 2 and len(NEW_RIGHT[task_id]) >= 1, task_id
+
+
+@pytest.mark.parametrize("task_id,n", NEW_RIGHTS, ids=[f"{t}-{NEW_RIGHT[t][n][0]}" for t, n in NEW_RIGHTS])
+def test_each_new_right_answer_gets_full_marks(task_id, n):
+    what, answer = NEW_RIGHT[task_id][n]
+    result = grader.grade(task_id, answer)
+    assert result.passed, (what, result.text())
+
+
+def test_what_a_call_changes_is_put_back():
+    exp, softmax = torch.exp, torch.Tensor.softmax
+
+    def patches(s, a):
+        torch.exp = lambda x: x
+        torch.Tensor.softmax = lambda self, dim: self
+        torch.set_default_dtype(torch.float64)
+        return s.masked_fill(~a, float("-inf")).softmax(-1)
+
+    result = grader.grade("ch1.masked_softmax", patches)
+    assert torch.exp is exp and torch.Tensor.softmax is softmax and torch.get_default_dtype() == torch.float32
+    assert {"grader.patched_torch", "grader.changed_default_dtype"} <= set().union(
+        *(all_keys(f.problem) for f in result.failures)), result.text()
+
+
+def test_a_notebooks_patch_or_default_dtype_does_not_reach_the_references():
+    """A cell that set float64 as default, or patched torch, before check: the cases and the cached
+    float32 references stay as they were, and a right answer gets full marks."""
+    softmax = torch.Tensor.softmax
+    grader.grade("ch1.masked_softmax", TASKS["ch1.masked_softmax"].reference)  # references cached in float32
+    torch.set_default_dtype(torch.float64)
+    torch.Tensor.softmax = lambda self, dim=-1: self  # a wrong softmax, patched in the notebook
+    try:
+        right = NEW_RIGHT["ch1.masked_softmax"][0][1]  # does not call softmax
+        assert grader.grade("ch1.masked_softmax", right).passed
+        assert grader.grade("ch4.shifted_targets", TASKS["ch4.shifted_targets"].reference).passed
+    finally:
+        torch.Tensor.softmax = softmax
+        torch.set_default_dtype(torch.float32)
+
+
+def test_the_course_copy_is_refused_where_the_task_asks_for_it_and_fine_elsewhere():
+    from attnlab.multihead import merge_heads as course_merge, split_heads as course_split
+
+    refused = grader.grade("ch2.split_heads", lambda x, H: course_split(x, H))
+    assert refused.points == 0 and keys(refused) == {"grader.course_copy"}
+    for lang in i18n.LANGUAGES:
+        assert "attnlab.multihead.split_heads" in refused.text(lang)
+    tasks = all_tasks()
+
+    class UsesTheCourseTools(tasks["ch2.mha_forward"].reference):  # task 3 may call tasks 1 and 2's course copies
+        def forward(self, x):
+            q, k, v = (course_split(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+            return self.out_proj(course_merge(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)))
+
+    assert grader.grade("ch2.mha_forward", UsesTheCourseTools).passed
+    answer_key = grader.grade("ch1.future_weight", lambda w, a: tasks["ch1.future_weight"].reference(w, a))
+    assert keys(answer_key) == {"grader.course_copy"}
