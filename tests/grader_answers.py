@@ -479,7 +479,7 @@ def _mha_rewrite():
 
 
 def _tiles_rewrite(T, P, layout, block):
-    pos = _ref("ch9.shard_positions")(T, P, layout).tolist()
+    pos = attnlab.ring.shard_positions(T, P, layout).tolist()  # task 1's course tool: fine in task 2
     S = T // P
 
     def tiles(r):
@@ -560,8 +560,9 @@ WRONG = {
 
 RIGHT = {
     "ch1.causal_mask": lambda T: torch.arange(T).unsqueeze(1) >= torch.arange(T),
-    "ch1.masked_softmax": lambda s, a: torch.where(a, (s - s.amax(-1, keepdim=True)).exp(), 0.0)
-    / torch.where(a, (s - s.amax(-1, keepdim=True)).exp(), 0.0).sum(-1, keepdim=True),
+    # (issue 33: this rewrite took the maximum over the blocked keys too; scores far above the rest showed it)
+    "ch1.masked_softmax": lambda s, a: torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0)
+    / torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0).sum(-1, keepdim=True),
     "ch1.future_weight": lambda w, a: w.sum(-1) - (w * a).sum(-1),
     "ch1.convert_mask": lambda mask, source, target, dtype=torch.float32: (
         lambda allowed: {"sdpa": allowed, "mha": ~allowed,
@@ -1431,7 +1432,7 @@ NEW_WRONG = {
         attnlab.mask_builder.and_masks(attnlab.mask_builder.mask_mod("causal"), attnlab.mask_builder.padding_mod(keep)),
         *keep.shape, device=keep.device), COPY),
         ("a 64 x 64 mask kept and sliced", lambda keep: _sliced_global(keep.size(1)).to(keep.device)[None, None]
-         & keep[:, None, None, :keep.size(1) if keep.size(1) <= 64 else 64], "grader.raised")],
+         & keep[:, None, None, :keep.size(1) if keep.size(1) <= 64 else 64], "grader.shape")],
     "ch8.document_mask": [("the course's document_mod", lambda ids: attnlab.mask_builder.batch_mask(
         attnlab.mask_builder.and_masks(attnlab.mask_builder.mask_mod("causal"), attnlab.mask_builder.document_mod(ids)),
         *ids.shape, device=ids.device), COPY), ("reseeds torch", _reseeding("ch8.document_mask"), SEED)],

@@ -619,8 +619,15 @@ def test_what_a_call_changes_is_put_back():
         torch.set_default_dtype(torch.float64)
         return s.masked_fill(~a, float("-inf")).softmax(-1)
 
-    result = grader.grade("ch1.masked_softmax", patches)
-    assert torch.exp is exp and torch.Tensor.softmax is softmax and torch.get_default_dtype() == torch.float32
+    try:
+        result = grader.grade("ch1.masked_softmax", patches)
+    finally:
+        left = (torch.exp, torch.Tensor.softmax, torch.get_default_dtype())  # what the grader left
+        torch.exp = exp
+        if "softmax" in vars(torch.Tensor):
+            del torch.Tensor.softmax
+        torch.set_default_dtype(torch.float32)
+    assert left == (exp, softmax, torch.float32)
     assert {"grader.patched_torch", "grader.changed_default_dtype"} <= set().union(
         *(all_keys(f.problem) for f in result.failures)), result.text()
 

@@ -97,6 +97,8 @@ def _code_objects(obj, name: str, into: dict) -> None:
             if callable(value) and hasattr(value, "__code__") or isinstance(value, (staticmethod, classmethod, property)):
                 _code_objects(getattr(value, "__func__", getattr(value, "fget", value)), f"{name}.{attr}", into)
         return
+    if isinstance(obj, property):
+        obj = obj.fget
     code = getattr(obj, "__code__", None)
     if code is None:
         return
@@ -143,6 +145,47 @@ def course_copy_codes(task: Task) -> dict:
     for dotted in task.course_copies:
         _code_objects(_resolve(dotted), dotted, codes)
     return codes
+
+
+def _names_used(fn, seen=None) -> list:
+    """The global values the learner's function (its nested functions, a class's methods) names."""
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
+    if isinstance(fn, type):
+        return [v for value in vars(fn).values() for v in _names_used(getattr(value, "__func__", value), seen)
+                if callable(value) or isinstance(value, (staticmethod, classmethod))]
+    code, env = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is None:
+        return [fn]
+    names, stack = set(), [code]
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_code"))
+    values = [env[n] for n in names if n in env]
+    values += [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ()) if _cell_filled(cell)]
+    return values
+
+
+def _may_call_course(fn, task: Task) -> bool:
+    """Watch for calls of the course's copies only where the learner's code can reach them: it names
+    something of attnlab, or the task hands over the course's objects whose methods are copies
+    (a block, a model). Elsewhere the profile hook would only cost time."""
+    if any(name.split(".")[-2][:1].isupper() for name in task.course_copies):
+        return True
+    try:
+        for value in _names_used(fn):
+            module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
+            if not isinstance(module, str):
+                module = getattr(type(value), "__module__", "")
+            if module.startswith("attnlab") or isinstance(value, type) and any(
+                    base.__module__.startswith("attnlab") for base in value.__mro__):
+                return True
+        return False
+    except Exception:  # noqa: BLE001 - an object we cannot read: watch it
+        return True
 
 
 _SEEDERS = (("torch", "manual_seed"), ("torch", "seed"), ("torch", "set_rng_state"), ("torch.random", "manual_seed"),
@@ -278,7 +321,7 @@ class Grader:
     def __init__(self, task: Task, fn: Callable, time_limit: float):
         self.task, self.fn, self.time_limit = task, fn, time_limit
         self.probe_meta = task.device_probe  # off once the reference cannot run on meta
-        self.codes = course_copy_codes(task)
+        self.codes = course_copy_codes(task) if _may_call_course(fn, task) else {}
 
     def call(self, case: Case, seed: int | None = None, watch: Watch | None = None,
              args: tuple | None = None, kwargs: dict | None = None) -> Any:

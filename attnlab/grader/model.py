@@ -125,6 +125,10 @@ def _differences(before: dict[str, dict]):
         for attr, old in then.items():  # replaced or deleted (a name torch adds lazily is not a patch)
             if (not attr.startswith("_") or attr in _OPERATORS) and now.get(attr, _MISSING) is not old:
                 yield name, space, attr
+        if isinstance(space, type):  # a new attribute of a class that hides an inherited one (Tensor.softmax)
+            for attr in set(now) - set(then):
+                if any(attr in vars(base) for base in space.__mro__[1:]):
+                    yield name, space, attr
 
 
 _MISSING = object()
