@@ -87,6 +87,7 @@ def build(spec) -> torch.nn.Module:
     name, implementation, seed, training = spec
     model, state = _template(name, implementation, seed)
     model.load_state_dict(state)
+    model.requires_grad_(False)  # gradients on for the learner's code, none needed for the weights (fast)
     return model.train() if training else model.eval()
 
 

@@ -171,7 +171,9 @@ def build_gpt(config, state, device):
     with torch.random.fork_rng():
         model = GPT(config)
     model.load_state_dict(state)
-    return model.to(device).eval()
+    # The learner's code runs with gradients on (it may use autograd on its inputs); the case models'
+    # weights need none, so a forward pass builds no graph and costs what it costs under no_grad.
+    return model.to(device).eval().requires_grad_(False)
 
 
 def generate_cases(generator):

@@ -49,7 +49,7 @@ def build_model(variant, config, state, device):
     if variant == "causal":
         return model
     with torch.random.fork_rng(devices=[]):
-        return leaky_gpt(variant, model).to(device).eval()
+        return leaky_gpt(variant, model).to(device).eval().requires_grad_(False)
 
 
 def _call_with_model(fn, variant, config, state, idx, atol):

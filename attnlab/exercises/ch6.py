@@ -73,7 +73,7 @@ def _run_decode(fn, state, positions, x, prompt, n_head):
     B, T_total, D = x.shape
     attn = SelfAttention(GPTConfig(vocab_size=1, block_size=T_total, n_head=n_head, n_embd=D)).to(x.device)
     attn.load_state_dict(state)
-    attn.eval()
+    attn.eval().requires_grad_(False)  # gradients on for the learner's code, none needed for the weights
     with watched_models(attn):  # its weights changed, or put in training mode: named
         return _decode_steps(fn, attn, positions, x, prompt)
 
