@@ -123,7 +123,8 @@ def _differences(before: dict[str, dict]):
         if len(now) == len(then) and all(now.get(k, _MISSING) is v for k, v in then.items()):
             continue
         for attr, old in then.items():  # replaced or deleted (a name torch adds lazily is not a patch)
-            if (not attr.startswith("_") or attr in _OPERATORS) and now.get(attr, _MISSING) is not old:
+            if ((not attr.startswith("_") or attr in _OPERATORS) and attr not in _SET_BY_TORCH
+                    and now.get(attr, _MISSING) is not old):
                 yield name, space, attr
         if isinstance(space, type):  # a new attribute of a class that hides an inherited one (Tensor.softmax)
             for attr in set(now) - set(then):
@@ -132,6 +133,7 @@ def _differences(before: dict[str, dict]):
 
 
 _MISSING = object()
+_SET_BY_TORCH = {"Storage"}  # torch.set_default_dtype rebinds torch.Storage: not a learner's patch
 _OPERATORS = {"__call__", "__matmul__", "__add__", "__sub__", "__mul__", "__truediv__", "__getitem__", "__setitem__"}
 
 
