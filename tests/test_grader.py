@@ -136,6 +136,10 @@ COINCIDENCES = {
     # with one query the offset T_q - T_kv with the wrong sign blocks every key, as the inverted mask does;
     # the other cases tell them apart, and the grader names the mistake that explains most cases
     ("ch6.decode_mask", frozenset({"inverted", "offset_sign"})): lambda case: case.args[0] == 1,
+    # in the lineups whose only causal model has dropout, forgetting eval mode and comparing outputs after the
+    # change both call every model leaky; the other lineups tell them apart
+    ("ch10.leaky_models", frozenset({"compares_after_change", "no_eval"})):
+        lambda case: "peeks_far" in case.label or "peeks_late" in case.label,
     # a window hard-coded to the example's W = 3 is one key too many at W = 2, one too few at W = 4
     ("ch8.sliding_window_mask", frozenset({"window_ignored", "off_by_one"})): lambda case: case.args[1] == 2,
     ("ch8.sliding_window_mask", frozenset({"window_ignored", "window_too_small"})): lambda case: case.args[1] == 4,
@@ -663,5 +667,7 @@ def test_the_course_copy_is_refused_where_the_task_asks_for_it_and_fine_elsewher
             return self.out_proj(course_merge(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)))
 
     assert grader.grade("ch2.mha_forward", UsesTheCourseTools).passed
-    answer_key = grader.grade("ch1.future_weight", lambda w, a: tasks["ch1.future_weight"].reference(w, a))
+    from attnlab.exercises.ch1 import future_weight  # the grader's own answer, imported as a learner would
+
+    answer_key = grader.grade("ch1.future_weight", lambda w, a: future_weight(w, a))
     assert keys(answer_key) == {"grader.course_copy"}
