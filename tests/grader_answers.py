@@ -479,7 +479,7 @@ def _mha_rewrite():
 
 
 def _tiles_rewrite(T, P, layout, block):
-    pos = _ref("ch9.shard_positions")(T, P, layout).tolist()
+    pos = attnlab.ring.shard_positions(T, P, layout).tolist()  # task 1's course tool: fine in task 2
     S = T // P
 
     def tiles(r):
@@ -560,8 +560,9 @@ WRONG = {
 
 RIGHT = {
     "ch1.causal_mask": lambda T: torch.arange(T).unsqueeze(1) >= torch.arange(T),
-    "ch1.masked_softmax": lambda s, a: torch.where(a, (s - s.amax(-1, keepdim=True)).exp(), 0.0)
-    / torch.where(a, (s - s.amax(-1, keepdim=True)).exp(), 0.0).sum(-1, keepdim=True),
+    # (issue 33: this rewrite took the maximum over the blocked keys too; scores far above the rest showed it)
+    "ch1.masked_softmax": lambda s, a: torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0)
+    / torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0).sum(-1, keepdim=True),
     "ch1.future_weight": lambda w, a: w.sum(-1) - (w * a).sum(-1),
     "ch1.convert_mask": lambda mask, source, target, dtype=torch.float32: (
         lambda allowed: {"sdpa": allowed, "mha": ~allowed,
@@ -986,3 +987,571 @@ RIGHT.update({  # each written as another learner would, not one of the task's a
     "ch11.saved_bytes": _saved_bytes_rewrite,
     "ch11.backward_flops": _backward_flops_rewrite,
 })
+
+
+# --------------------------------------------------------------------------
+# Issue 33: the grader's cases, not only its judges. For every task two (or more) new wrong answers
+# of the classes the cases now reach (extreme values, sizes and dtypes, repeated calls, side effects,
+# exercise 10's lineups, misnamed mistakes, the course's own code) and one more correct rewrite, each
+# written as a learner would. GRADER_VERDICTS.md (not in docs) shows the verdicts.
+
+import functools  # noqa: E402
+
+import attnlab  # noqa: E402
+import attnlab.blocked_backward  # noqa: E402
+import attnlab.causality  # noqa: E402
+import attnlab.mask_builder  # noqa: E402
+import attnlab.masks  # noqa: E402
+import attnlab.mlm  # noqa: E402
+import attnlab.multihead  # noqa: E402
+import attnlab.ring  # noqa: E402
+from attnlab.exercises import ch3 as _ch3, ch11 as _ch11  # noqa: E402
+
+COPY, MEMO, SEED = "grader.course_copy", "grader.memoized", "grader.reseeds_rng"
+PATCH, DTYPE, TRAIN = "grader.patched_torch", "grader.changed_default_dtype", "grader.left_in_training"
+_TRIL64 = torch.ones(64, 64, dtype=torch.bool).tril()  # a mask built once, for "every T a model will see"
+
+
+def _reseeding(task_id):
+    """Seeds torch's global RNG "to be reproducible", then the right answer."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        torch.manual_seed(0)
+        return reference(*args, **kwargs)
+
+    return answer
+
+
+def _float64_default(task_id):
+    """Switches torch to float64 "for precision" and leaves it so."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        torch.set_default_dtype(torch.float64)
+        return reference(*args, **kwargs)
+
+    return answer
+
+
+def _patching(task_id, name="exp"):
+    """Replaces torch.<name> by a "safer" version of itself (the same values), and leaves it so."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        original = getattr(torch, name)
+        setattr(torch, name, lambda *a, **k: original(*a, **k))
+        return reference(*args, **kwargs)
+
+    return answer
+
+
+def _memo_by_shape(task_id):
+    """Keeps the first result per input shape ("the same sizes give the same answer")."""
+    reference = _ref(task_id)
+    cache = {}
+
+    def key(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), value.dtype)
+        if isinstance(value, (list, tuple)):
+            return tuple(key(v) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, key(v)) for k, v in sorted(value.items()))
+        return value if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+
+    def answer(*args, **kwargs):
+        k = (key(args), key(kwargs))
+        if k not in cache:
+            cache[k] = reference(*args, **kwargs)
+        return cache[k]
+
+    return answer
+
+
+def _sliced_global(rows, cols=None):
+    """The 64 x 64 causal mask kept once and sliced."""
+    return _TRIL64[:rows, :rows if cols is None else cols]
+
+
+@functools.lru_cache(maxsize=None)
+def _mask_for(T_q, T_kv):  # the mask built once per size, on the device of the first call
+    return torch.ones(T_q, T_kv, dtype=torch.bool).tril(T_kv - T_q)
+
+
+def _new_queries_cached_mask(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=_mask_for(q.size(-2), k.size(-2)))
+
+
+def _softmax_no_shift(s, a):
+    e = torch.where(a, s.exp(), torch.zeros_like(s))
+    return e / e.sum(-1, keepdim=True)
+
+
+def _softmax_upcast(s, a):
+    return s.float().masked_fill(~a, float("-inf")).softmax(-1)
+
+
+class _NoOutProj(torch.nn.Module):
+    """forward right, but the output projection is called `proj`."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj, self.k_proj, self.v_proj = (torch.nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.proj = torch.nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        return self.proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+
+
+class _ReseedingModule(_NoOutProj):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.out_proj = self.proj
+        del self.proj
+
+    def forward(self, x):
+        torch.manual_seed(0)
+        q, k, v = (split_heads(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+        return self.out_proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+
+
+class _NanoGPTWithBias(torch.nn.Module):
+    """Right: nanoGPT's attention with its registered `bias` buffer (a tril mask of block_size)."""
+
+    def __init__(self, d_model, n_heads, block_size=128):
+        super().__init__()
+        self.n_head = n_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            torch.nn.Linear(d_model, d_model, bias=False) for _ in range(4))
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = (p(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def _generate_leaves_training(model, prompt, n_new):
+    out = _ref("ch4.greedy_generate")(model, prompt, n_new)
+    model.train()  # "back to training"
+    return out
+
+
+def _generate_with_course(model, prompt, n_new):
+    return model.generate(prompt, n_new, use_cache=False)
+
+
+def _block_via_module(block, x):
+    return block(x)
+
+
+def _block_folds_scale(block, x):
+    """Folds 1/sqrt(d) into the weights (q by 2, k by 1/2 and the scale kept): the scores are unchanged,
+    the caller's weights are not."""
+    with torch.no_grad():
+        block.attn.q_proj.weight.mul_(2.0)
+        block.attn.k_proj.weight.mul_(0.5)
+    return _ref("ch4.causal_block")(block, x)
+
+
+def _prefix_course_map(model, idx, atol=1e-5):
+    return (attnlab.causality.dependence_map(model, idx) > atol).triu(1)
+
+
+def _prefix_leaves_training(model, idx, atol=1e-5):
+    out = _ref("ch5.prefix_leaks")(model, idx, atol)
+    model.train()
+    return out
+
+
+def _cut_course_map(model, idx, atol=1e-5):
+    return attnlab.causality.cut_map(model, idx) > atol
+
+
+def _decode_with_course_forward(attn, position_embedding, x, k_cache, v_cache):
+    from attnlab.gpt import KVCache
+
+    B, T, D = x.shape
+    cache = KVCache(attn.config, B, T, device=x.device, dtype=x.dtype)
+    cache.k[0, :, :, :T - 1], cache.v[0, :, :, :T - 1] = k_cache, v_cache
+    cache.advance(T - 1)
+    out = attn(x[:, -1:] + position_embedding.weight[cache.pos], cache)
+    return out, cache.k[0, :, :, :T], cache.v[0, :, :, :T]
+
+
+def _bert_reseeds_generator(ids, mask_id, vocab_size, generator):
+    generator.manual_seed(1234)  # "reproducible"
+    return _ref("ch7.bert_corrupt")(ids, mask_id, vocab_size, generator)
+
+
+def _bert_course(ids, mask_id, vocab_size, generator):
+    inputs, labels, _ = attnlab.mlm.mlm_corrupt(ids.cpu(), mask_id, vocab_size, generator=torch.Generator().manual_seed(
+        int(torch.randint(0, 2**62, (), generator=generator, device=ids.device))))
+    return inputs.to(ids.device), labels.to(ids.device)
+
+
+def _mlm_log_of_softmax(logits, labels):
+    chosen = labels != -100
+    probs = logits.softmax(-1)[chosen]
+    return -probs.gather(-1, labels[chosen][:, None]).log().mean()
+
+
+def _fold_exp_ratio(m, l, acc, scores, v):
+    m_new = torch.maximum(m, scores.amax(-1))
+    alpha = torch.exp(m) / torch.exp(m_new)
+    p = torch.exp(scores) / torch.exp(m_new)[..., None]
+    return m_new, alpha * l + p.sum(-1), alpha[..., None] * acc + p @ v
+
+
+def _fold_course(m, l, acc, scores, v):
+    state = attnlab.blocked.OnlineSoftmax(m.shape, v.size(-1), m.device)
+    state.m, state.l, state.acc = m, l, acc
+    state.add(scores, v)
+    return state.m, state.l, state.acc
+
+
+def _padded_leaves_training(model, ids, pad):
+    out = _ref("ch10.padded_logits")(model, ids, pad)
+    model.train()
+    return out
+
+
+def _padded_generate_positions(model, ids, pad):
+    """Right: the real tokens counted from 0, as generate() passes position_ids with left padding."""
+    model.eval()
+    B, T = ids.shape
+    mask = torch.cat([torch.zeros(B, pad, dtype=torch.long), torch.ones(B, T, dtype=torch.long)], dim=1)
+    full = torch.cat([torch.zeros(B, pad, dtype=ids.dtype), ids], dim=1)
+    position_ids = mask.cumsum(-1) - 1
+    position_ids.masked_fill_(mask == 0, 1)
+    return model(input_ids=full, attention_mask=mask, position_ids=position_ids).logits[:, pad:]
+
+
+def _lineup_loop(models, ids, atol, rows="all", token=None, mod=True):
+    flags = []
+    T = ids.size(1)
+    for model in models:
+        model.eval()
+        with torch.no_grad():
+            base = model(input_ids=ids).logits[0]
+            leak = False
+            for s in range(1, T):
+                other = ids.clone()
+                other[0, s] = token if token is not None else (ids[0, s] + 1) % model.config.vocab_size if mod else ids[0, s] + 1
+                out = model(input_ids=other).logits[0]
+                ts = [0] if rows == "first" else [s - 1] if rows == "previous" else range(s)
+                leak = leak or any(bool((out[t] - base[t]).abs().max() > atol) for t in ts)
+            flags.append(leak)
+    return flags
+
+
+def _score_grad_autograd(p, dp, d_out, out):
+    """Right: autograd through softmax (p = softmax(log p)), a Jacobian-vector product."""
+    s = p.log().detach().requires_grad_()
+    (ds,) = torch.autograd.grad(s.softmax(dim=-1), s, grad_outputs=dp)
+    return torch.nan_to_num(ds, nan=0.0)
+
+
+def _score_grad_float32(p, dp, d_out, out):
+    """Right, in float32: the inputs cast down, the formula the same."""
+    p, dp, d_out, out = (t.float() for t in (p, dp, d_out, out))
+    return p * (dp - (d_out * out).sum(-1, keepdim=True))
+
+
+def _tile_autograd(q, k, v, d_out, lse, D, blocked):
+    """Right: torch.autograd.grad of sum(P * (dO V^T - D)) with L and D fixed; its gradient in S is dS."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    scores = (q @ k.T / math.sqrt(q.size(-1))).masked_fill(blocked, float("-inf"))
+    p = torch.exp(scores - lse[:, None])
+    f = (p * (d_out @ v.T - D[:, None].detach())).sum()
+    dq, dk, dv = torch.autograd.grad(f, (q, k, v))
+    return dq, dk, dv
+
+
+def _tile_exp_then_mask(q, k, v, d_out, lse, D, blocked):
+    s = q @ k.T / math.sqrt(q.size(-1))
+    p = (s - lse[:, None]).exp() * (~blocked).to(s.dtype)
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k / math.sqrt(q.size(-1)), ds.T @ q / math.sqrt(q.size(-1)), p.T @ d_out
+
+
+def _prefix_jacobian(model, idx, atol=1e-5):
+    """Right: one token changed per row, all rows in one batch, the map read with torch.diff-free indexing."""
+    was = model.training
+    model.eval()
+    T = idx.size(1)
+    V = attnlab.causality.vocab_size_of(model)
+    with torch.no_grad():
+        base = model(idx)[0][0]  # [T, V]
+        batch = idx.expand(T, T).clone()
+        batch.diagonal().copy_((idx[0] + 7) % V)  # row s: position s holds another token
+        moved = model(batch)[0]  # [s, t, V]
+    model.train(was)
+    change = (moved - base).abs().amax(-1).T  # [t, s]
+    return (change > atol) & (torch.arange(T, device=idx.device)[:, None] < torch.arange(T, device=idx.device))
+
+
+def _cut_longest_first(model, idx, atol=1e-5):
+    was = model.training
+    model.eval()
+    T = idx.size(1)
+    leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+    with torch.no_grad():
+        full = model(idx)[0][0]
+        for s in range(T - 1, 0, -1):
+            leaks[:s, s] = ((model(idx[:, :s])[0][0] - full[:s]).abs() > atol).any(-1)
+    model.train(was)
+    return leaks
+
+
+def _decode_by_hand(attn, position_embedding, x, k_cache, v_cache):
+    B, T, D = x.shape
+    H = attn.n_head
+    h = x[:, T - 1:] + position_embedding.weight[T - 1]
+    q, k, v = (proj(h).view(B, 1, H, D // H).permute(0, 2, 1, 3) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    keys, values = torch.cat((k_cache, k), 2), torch.cat((v_cache, v), 2)
+    w = torch.softmax(q @ keys.transpose(2, 3) / math.sqrt(D // H), dim=-1)
+    return attn.out_proj((w @ values).permute(0, 2, 1, 3).reshape(B, 1, D)), keys, values
+
+
+def _bert_randint(ids, mask_id, vocab_size, generator):
+    chosen = torch.rand(ids.shape, generator=generator, device=ids.device) < 0.15
+    kind = torch.randint(10, ids.shape, generator=generator, device=ids.device)  # 0-7 mask, 8 random, 9 keep
+    other = torch.randint(vocab_size, ids.shape, generator=generator, device=ids.device)
+    inputs = torch.where(chosen & (kind < 8), torch.full_like(ids, mask_id), ids)
+    inputs = torch.where(chosen & (kind == 8), other, inputs)
+    return inputs, ids.masked_fill(~chosen, -100)
+
+
+def _rope_loop(q_new, k_new, v_new, k_cache, v_cache):
+    from attnlab.rope import apply_rope
+
+    t, n = k_cache.size(2), q_new.size(2)
+    pos = torch.arange(t, t + n, device=q_new.device)
+    keys = torch.cat([k_cache, apply_rope(k_new, pos)], 2)
+    values = torch.cat([v_cache, v_new], 2)
+    q = apply_rope(q_new, pos)
+    rows = [F.scaled_dot_product_attention(q[:, :, i:i + 1], keys[:, :, :t + i + 1], values[:, :, :t + i + 1])
+            for i in range(n)]
+    return torch.cat(rows, 2), keys, values
+
+
+def _shard_lists(T, P, layout):
+    S = T // P
+    if layout == "contiguous":
+        rows = [[r * S + i for i in range(S)] for r in range(P)]
+    elif layout == "striped":
+        rows = [[i * P + r for i in range(S)] for r in range(P)]
+    else:
+        c = S // 2
+        rows = [[r * c + i for i in range(c)] + [(2 * P - 1 - r) * c + i for i in range(c)] for r in range(P)]
+    return torch.tensor(rows)
+
+
+def _tiles_corners(T, P, layout, block):
+    pos = _shard_lists(T, P, layout)
+    S = T // P
+    return [[sum(int(pos[(r - t) % P, k0] <= pos[r, min(q0 + block, S) - 1])
+                 for q0 in range(0, S, block) for k0 in range(0, S, block)) for t in range(P)] for r in range(P)]
+
+
+def _fold_written_out(m, l, acc, scores, v):
+    top = torch.max(m, scores.max(dim=-1).values)
+    old = (m - top).exp()  # rescale of the old sums (0 where m = -inf)
+    w = (scores - top.unsqueeze(-1)).exp()
+    return top, old * l + w.sum(-1), old.unsqueeze(-1) * acc + torch.matmul(w, v)
+
+
+NEW_WRONG = {
+    "ch1.causal_mask": [("a 64 x 64 mask kept and sliced", lambda T: _sliced_global(T), "grader.shape"),
+                        ("the course's causal_allowed", lambda T: attnlab.masks.causal_allowed(T), COPY)],
+    "ch1.masked_softmax": [("exp without the max", _softmax_no_shift, M + "ch1.masked_softmax.no_max_shift"),
+                           ("upcast to float32, never cast back", _softmax_upcast, "grader.dtype"),
+                           ("first result kept per shape", _memo_by_shape("ch1.masked_softmax"), MEMO)],
+    "ch1.future_weight": [("first result kept per shape", _memo_by_shape("ch1.future_weight"), MEMO),
+                          ("reseeds torch", _reseeding("ch1.future_weight"), SEED)],
+    "ch1.convert_mask": [("patches torch.zeros", _patching("ch1.convert_mask", "zeros"), PATCH),
+                         ("the course's additive_mask", lambda mask, source, target, dtype=torch.float32:
+                          attnlab.masks.additive_mask(_ref("ch1.convert_mask")(mask, source, "sdpa"), dtype)
+                          if target == "additive" else _ref("ch1.convert_mask")(mask, source, target, dtype), COPY)],
+    "ch2.split_heads": [("the course's split_heads", lambda x, H: attnlab.multihead.split_heads(x, H), COPY),
+                        ("float64 by default", _float64_default("ch2.split_heads"), DTYPE)],
+    "ch2.merge_heads": [("the course's merge_heads", lambda x: attnlab.multihead.merge_heads(x), COPY),
+                        ("first result kept per shape", _memo_by_shape("ch2.merge_heads"), MEMO)],
+    "ch2.mha_forward": [("output projection named proj", _NoOutProj, "grader.ch2.mha_forward.missing_weights"),
+                        ("forward reseeds torch", _ReseedingModule, SEED)],
+    "ch3.attention_forward": [("patches torch.exp", _patching("ch3.attention_forward"), PATCH),
+                              ("reseeds torch", _reseeding("ch3.attention_forward"), SEED)],
+    "ch3.attend_new_queries": [("upcast to float32", lambda q, k, v: _ref("ch3.attend_new_queries")(q.float(), k.float(), v.float()),
+                                "grader.dtype"),
+                               ("a 64 x 64 mask kept and sliced", lambda q, k, v: F.scaled_dot_product_attention(
+                                   q, k, v, attn_mask=_TRIL64[k.size(-2) - q.size(-2):k.size(-2), :k.size(-2)]), "grader.raised"),
+                               ("mask cached per size (lru_cache)", _new_queries_cached_mask, "grader.memoized_device")],
+    "ch3.tile_kinds": [("the course's tile_map", lambda T, b: attnlab.blocked.tile_map(T, b), COPY),
+                       ("reseeds torch", _reseeding("ch3.tile_kinds"), SEED)],
+    "ch3.score_flops": [("the grader's own reference", lambda T, b, d: _ch3.score_flops(T, b, d), COPY),
+                        ("float64 by default", _float64_default("ch3.score_flops"), DTYPE)],
+    "ch4.shifted_targets": [("first result kept per shape", _memo_by_shape("ch4.shifted_targets"), MEMO),
+                            ("float64 by default", _float64_default("ch4.shifted_targets"), DTYPE)],
+    "ch4.next_token_loss": [("log(softmax)", lambda logits, t: -logits.softmax(-1).gather(-1, t[..., None]).log().mean(),
+                             M + "ch4.next_token_loss.log_of_softmax"),
+                            ("first result kept per shape", _memo_by_shape("ch4.next_token_loss"), MEMO)],
+    "ch4.greedy_generate": [("model left in training mode", _generate_leaves_training, TRAIN),
+                            ("the course's generate", _generate_with_course, COPY)],
+    "ch4.causal_block": [("block(x)", _block_via_module, COPY),
+                         ("scale folded into the weights", _block_folds_scale, "grader.changed_weights")],
+    "ch5.prefix_leaks": [("the course's dependence_map", _prefix_course_map, COPY),
+                         ("model left in training mode", _prefix_leaves_training, TRAIN)],
+    "ch5.cut_leaks": [("the course's cut_map", _cut_course_map, COPY), ("reseeds torch", _reseeding("ch5.cut_leaks"), SEED)],
+    "ch6.decode_step": [("the course's SelfAttention.forward", _decode_with_course_forward, COPY),
+                        ("patches torch.cat", _patching("ch6.decode_step", "cat"), PATCH)],
+    "ch6.decode_mask": [("the course's build_mask", lambda T_q, T_kv: attnlab.mask_builder.build_mask("causal", T_q, T_kv), COPY),
+                        ("a 64 x 64 mask kept and sliced", lambda T_q, T_kv: torch.ones(64, 64, dtype=torch.bool).tril(
+                            T_kv - T_q)[:T_q, :T_kv], "grader.shape")],
+    "ch6.kv_cache_bytes": [("the course's KVCache.nbytes", lambda c, B, T, dtype: __import__("attnlab.gpt").gpt.KVCache(
+        c, B, T, device="meta", dtype=dtype).nbytes, COPY), ("float64 by default", _float64_default("ch6.kv_cache_bytes"), DTYPE)],
+    "ch7.prefix_lm_mask": [("the course's build_mask", lambda T, p: attnlab.mask_builder.build_mask("prefix_lm", T, prefix=p), COPY),
+                           ("a 64 x 64 mask kept and sliced", lambda T, p: _sliced_global(T) | (torch.arange(min(T, 64)) < p),
+                            "grader.shape")],
+    "ch7.encoder_decoder_masks": [("the course's build_mask", lambda a, b: (attnlab.mask_builder.build_mask("bidirectional", a),
+                                                                           attnlab.mask_builder.build_mask("causal", b),
+                                                                           attnlab.mask_builder.build_mask("cross", b, a)), COPY),
+                                  ("patches torch.ones", _patching("ch7.encoder_decoder_masks", "ones"), PATCH)],
+    "ch7.bert_corrupt": [("reseeds the generator it is given", _bert_reseeds_generator, "grader.ch7.bert_corrupt.reseeds_generator"),
+                         ("the course's mlm_corrupt", _bert_course, COPY)],
+    "ch7.mlm_loss": [("log(softmax)", _mlm_log_of_softmax, M + "ch7.mlm_loss.log_of_softmax"),
+                     ("first result kept per shape", _memo_by_shape("ch7.mlm_loss"), MEMO)],
+    "ch8.padded_causal_mask": [("the course's padding_mod", lambda keep: attnlab.mask_builder.batch_mask(
+        attnlab.mask_builder.and_masks(attnlab.mask_builder.mask_mod("causal"), attnlab.mask_builder.padding_mod(keep)),
+        *keep.shape, device=keep.device), COPY),
+        ("a 64 x 64 mask kept and sliced", lambda keep: _sliced_global(keep.size(1)).to(keep.device)[None, None]
+         & keep[:, None, None, :keep.size(1) if keep.size(1) <= 64 else 64], "grader.shape")],
+    "ch8.document_mask": [("the course's document_mod", lambda ids: attnlab.mask_builder.batch_mask(
+        attnlab.mask_builder.and_masks(attnlab.mask_builder.mask_mod("causal"), attnlab.mask_builder.document_mod(ids)),
+        *ids.shape, device=ids.device), COPY), ("reseeds torch", _reseeding("ch8.document_mask"), SEED)],
+    "ch8.sliding_window_mask": [("the course's build_mask", lambda T, W: attnlab.mask_builder.build_mask(
+        "sliding_window", T, window=W), COPY),
+        ("a 64 x 64 mask kept and sliced", lambda T, W: _sliced_global(T) & ~_sliced_global(T).tril(-W)[:T, :T], "grader.shape")],
+    "ch8.gqa_attention": [("first result kept per shape", _memo_by_shape("ch8.gqa_attention"), MEMO),
+                          ("patches torch.repeat_interleave", _patching("ch8.gqa_attention", "repeat_interleave"), PATCH)],
+    "ch8.rope_decode_step": [("first result kept per shape", _memo_by_shape("ch8.rope_decode_step"), MEMO),
+                             ("float64 by default", _float64_default("ch8.rope_decode_step"), DTYPE)],
+    "ch9.shard_positions": [("the course's shard_positions", lambda T, P, layout: attnlab.ring.shard_positions(T, P, layout), COPY),
+                            ("reseeds torch", _reseeding("ch9.shard_positions"), SEED)],
+    "ch9.tiles_per_step": [("the course's expected_tiles", lambda T, P, layout, b: attnlab.ring.expected_tiles(T, P, layout, b), COPY),
+                           ("float64 by default", _float64_default("ch9.tiles_per_step"), DTYPE)],
+    "ch9.fold_block": [("exp(m) / exp(m_new)", _fold_exp_ratio, M + "ch9.fold_block.exp_ratio"),
+                       ("the course's OnlineSoftmax", _fold_course, COPY)],
+    "ch10.padded_logits": [("model left in training mode", _padded_leaves_training, TRAIN),
+                           ("first result kept per shape", _memo_by_shape("ch10.padded_logits"), MEMO)],
+    "ch10.leaky_models": [("only output 0 compared", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, rows="first"),
+                           M + "ch10.leaky_models.output_0_only"),
+                          ("token 0 written as the change", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, token=0),
+                           M + "ch10.leaky_models.writes_token_0"),
+                          ("only t = s - 1 compared", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, rows="previous"),
+                           M + "ch10.leaky_models.adjacent_only"),
+                          ("% V forgotten", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, mod=False), "grader.raised"),
+                          ("atol ignored", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, 1e-5), M + "ch10.leaky_models.atol_ignored")],
+    "ch11.score_grad": [("first result kept per shape", _memo_by_shape("ch11.score_grad"), MEMO),
+                        ("reseeds torch", _reseeding("ch11.score_grad"), SEED)],
+    "ch11.tile_backward": [("exp(S - L) times the mask", _tile_exp_then_mask, M + "ch11.tile_backward.exp_then_mask"),
+                           ("the course's tile_grads", lambda q, k, v, d_out, lse, D, blocked: attnlab.blocked_backward.tile_grads(
+                               q, k, v, d_out, lse, D, blocked), COPY)],
+    "ch11.saved_bytes": [("the course's saved_bytes_formula", lambda B, H, T, d, s: attnlab.blocked_backward.saved_bytes_formula(
+        B, H, T, d, s), COPY), ("reseeds torch", _reseeding("ch11.saved_bytes"), SEED)],
+    "ch11.backward_flops": [("the grader's own reference", lambda T, b, d: _ch11.backward_flops(T, b, d), COPY),
+                            ("float64 by default", _float64_default("ch11.backward_flops"), DTYPE)],
+}
+
+NEW_RIGHT = {  # another correct answer per task, in a style unlike the solution; the refused ones of issue 33 first
+    "ch1.causal_mask": [("cumsum of an identity", lambda T: torch.eye(T).cumsum(dim=0) > 0)],
+    "ch1.masked_softmax": [("logsumexp over the allowed keys", lambda s, a: torch.where(
+        a, (s.masked_fill(~a, float("-inf")) - s.masked_fill(~a, float("-inf")).logsumexp(-1, keepdim=True)).exp(),
+        torch.zeros((), dtype=s.dtype, device=s.device)))],
+    "ch1.future_weight": [("einsum with the blocked float mask", lambda w, a: torch.einsum("...k,...k->...", w, (~a).to(w.dtype)
+                                                                                          .expand_as(w)))],
+    "ch1.convert_mask": [("if/else ladder", lambda mask, source, target, dtype=torch.float32: (
+        (lambda allowed: allowed if target == "sdpa" else ~allowed if target == "mha" else
+         torch.where(allowed, torch.tensor(0.0, dtype=dtype, device=mask.device),
+                     torch.tensor(float("-inf"), dtype=dtype, device=mask.device)))(
+            mask if source == "sdpa" else ~mask if source == "mha" else mask > -1e4)))],
+    "ch2.split_heads": [("einops-like reshape by hand", lambda x, H: x.reshape(*x.shape[:2], H, x.shape[2] // H).movedim(2, 1))],
+    "ch2.merge_heads": [("movedim then reshape", lambda x: x.movedim(1, 2).reshape(x.size(0), x.size(2), -1))],
+    "ch2.mha_forward": [("nanoGPT with a registered bias buffer", _NanoGPTWithBias)],
+    "ch3.attention_forward": [("explicit mask from arange", lambda q, k, v, p, training: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.arange(q.size(-2), device=q.device)[:, None] >= torch.arange(k.size(-2), device=q.device),
+        dropout_p=p if training else 0.0))],
+    "ch3.attend_new_queries": [("pad the queries, keep the last rows", lambda q, k, v: F.scaled_dot_product_attention(
+        torch.cat([q.new_zeros(*q.shape[:2], k.size(-2) - q.size(-2), q.size(-1)), q], dim=-2), k, v,
+        is_causal=True)[..., k.size(-2) - q.size(-2):, :])],
+    "ch3.tile_kinds": [("min/max of the tile's corners", lambda T, b: [[
+        "skipped" if j0 > min(i0 + b, T) - 1 else "full" if min(j0 + b, T) - 1 <= i0 else "diagonal"
+        for j0 in range(0, T, b)] for i0 in range(0, T, b)])],
+    "ch3.score_flops": [("count the computed score entries", lambda T, b, d: 2 * d * sum(
+        min(i0 + b, T) - i0 for i0 in range(0, T, b) for _ in range(0, min(i0 + b, T))))],
+    "ch4.shifted_targets": [("index tensors", lambda w: (w[:, torch.arange(w.size(1) - 1, device=w.device)],
+                                                         w[:, torch.arange(1, w.size(1), device=w.device)]))],
+    "ch4.next_token_loss": [("logsumexp minus the picked logit, one row at a time", lambda logits, t: torch.stack([
+        torch.logsumexp(row, -1) - row[torch.arange(row.size(0), device=row.device), tr]
+        for row, tr in zip(logits, t)]).mean())],
+    "ch4.greedy_generate": [("append into a list of columns", lambda model, prompt, n: functools.reduce(
+        lambda idx, _: torch.cat([idx, model(idx[:, -model.config.block_size:])[0][:, -1].argmax(-1, keepdim=True)], 1),
+        range(n), prompt))],
+    "ch4.causal_block": [("additive mask with finfo.min", lambda block, x: (lambda h, attn: (lambda y: y + block.mlp(block.norm_2(y)))(
+        x + attn.out_proj(merge_heads(torch.softmax(
+            (lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + torch.full(
+                (x.size(1), x.size(1)), torch.finfo(x.dtype).min, device=x.device).triu(1))(
+                split_heads(attn.q_proj(h), attn.n_head), split_heads(attn.k_proj(h), attn.n_head)), dim=-1)
+            @ split_heads(attn.v_proj(h), attn.n_head)))))(block.norm_1(x), block.attn))],
+    "ch5.prefix_leaks": [("all changed sequences in one batch", _prefix_jacobian)],
+    "ch5.cut_leaks": [("one cut per length, longest first", _cut_longest_first)],
+    "ch6.decode_step": [("the new token's k, v by view and permute; softmax by hand", _decode_by_hand)],
+    "ch6.decode_mask": [("a difference of aranges", lambda T_q, T_kv: (torch.arange(T_kv)[None] - torch.arange(T_q)[:, None])
+                         <= T_kv - T_q)],
+    "ch6.kv_cache_bytes": [("bytes from an empty tensor's element_size", lambda c, B, T, dtype: 2 * c.n_layer * B * T
+                            * c.kv_heads * c.head_dim * torch.tensor([], dtype=dtype).element_size())],
+    "ch7.prefix_lm_mask": [("logical_or of two masks", lambda T, p: torch.logical_or(
+        torch.ones(T, T, dtype=torch.bool).tril(), (torch.arange(T) < p).expand(T, T)))],
+    "ch7.encoder_decoder_masks": [("ones_like and tril", lambda a, b: (torch.ones(a, a, dtype=torch.bool),
+                                                                      torch.ones(b, b, dtype=torch.bool).tril(),
+                                                                      torch.ones(b, a).bool()))],
+    "ch7.bert_corrupt": [("randint(10) picks mask, random or keep", _bert_randint)],
+    "ch7.mlm_loss": [("masked mean of the per-position loss", lambda logits, labels: (
+        F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none") * (labels != -100)).sum()
+        / (labels != -100).sum())],
+    "ch8.padded_causal_mask": [("tril of the broadcast keep", lambda keep: (keep[:, None, :].expand(-1, keep.size(1), -1)
+                                                                            .tril())[:, None])],
+    "ch8.document_mask": [("cumulative document starts", lambda ids: ((ids[:, :, None] == ids[:, None, :])
+                                                                      .tril())[:, None])],
+    "ch8.sliding_window_mask": [("band from two trils", lambda T, W: torch.ones(T, T, dtype=torch.bool).tril()
+                                 & ~torch.ones(T, T, dtype=torch.bool).tril(-W))],
+    "ch8.gqa_attention": [("expand and reshape by hand", lambda q, k, v: F.scaled_dot_product_attention(
+        q, *(t[:, :, None].expand(-1, -1, q.size(1) // k.size(1), -1, -1).reshape(q.shape[0], q.shape[1], *t.shape[2:])
+             for t in (k, v)), is_causal=True))],
+    "ch8.rope_decode_step": [("the course's apply_rope (a tool of chapter 8), one query at a time", _rope_loop)],
+    "ch9.shard_positions": [("list of lists turned into a tensor", _shard_lists)],
+    "ch9.tiles_per_step": [("count by explicit tile corners", _tiles_corners)],
+    "ch9.fold_block": [("max, exp and matmul written out", _fold_written_out)],
+    "ch9.pass_on": [],
+    "ch10.padded_logits": [("position_ids as generate() passes them", _padded_generate_positions)],
+    "ch10.leaky_models": [("a loop over s with max |diff| of earlier rows", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol))],
+    "ch11.score_grad": [("autograd through softmax", _score_grad_autograd), ("float32 result", _score_grad_float32)],
+    "ch11.tile_backward": [("torch.autograd.grad in the tile", _tile_autograd)],
+    "ch11.saved_bytes": [("nbytes of meta tensors", lambda B, H, T, d, s: (
+        torch.empty(B, H, T, T, dtype={2: torch.float16, 4: torch.float32}[s], device="meta").nbytes,
+        torch.empty(B, H, T, d, dtype={2: torch.float16, 4: torch.float32}[s], device="meta").nbytes
+        + torch.empty(B, H, T, device="meta").nbytes))],
+    "ch11.backward_flops": [("five products per tile, summed by rows", lambda T, b, d: 5 * 2 * d * sum(
+        (min(i0 + b, T) - i0) * min(i0 + b, T) for i0 in range(0, T, b)))],
+}
+
+
+for _task, _answers in NEW_WRONG.items():  # the tests of every wrong answer run over these too
+    WRONG[_task] = WRONG[_task] + _answers

@@ -190,3 +190,23 @@ def test_every_predict_first_prompt_of_exercises_4_and_6_has_its_answer(number):
     for n in prompts:
         following = next(line for line in lines[n + 1:] if line.strip())
         assert ANSWER.match(following), (source.name, n + 1, lines[n])
+
+
+def test_every_exercise_introduction_states_the_policy_on_the_course_code_in_three_languages():
+    """Issue 33: each intro names the course's own copies its tasks refuse, in en, de and zh."""
+    import re
+
+    from attnlab.exercises import all_tasks, exercise_tasks
+
+    tasks = all_tasks()
+    for source in sorted((notebooks.ROOT / "exercises" / "src").glob("*.md")):
+        text = source.read_text("utf-8")
+        for lang, heading in (("en", "**The course's own code.**"), ("de", "**Der Code des Kurses.**"),
+                              ("zh", "**课程自带的代码。**")):
+            block = re.search(r"::::\{lang\} " + lang + r"\n(.*?)\n::::\n", text, re.S).group(1)  # the intro
+            assert heading in block and "attnlab.exercises" in block, (source.name, lang)
+            for task_id in exercise_tasks(source.stem):
+                for name in tasks[task_id].course_copies:
+                    assert f"`{name}`" in block, (source.name, lang, name)
+    docs = (notebooks.ROOT / "docs" / "exercises.md").read_text("utf-8")
+    assert "course_copies" in docs and "The course's own code" in docs

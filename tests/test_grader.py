@@ -136,6 +136,13 @@ COINCIDENCES = {
     # with one query the offset T_q - T_kv with the wrong sign blocks every key, as the inverted mask does;
     # the other cases tell them apart, and the grader names the mistake that explains most cases
     ("ch6.decode_mask", frozenset({"inverted", "offset_sign"})): lambda case: case.args[0] == 1,
+    # in the lineups whose only causal model has dropout, forgetting eval mode and comparing outputs after the
+    # change both call every model leaky; the other lineups tell them apart
+    ("ch10.leaky_models", frozenset({"compares_after_change", "no_eval"})):
+        lambda case: "peeks_far" in case.label or "peeks_late" in case.label,
+    # peeks_late leaks neither at output 0 nor next to the change: comparing only output 0 and only t = s - 1
+    # both miss it there; the lineup with peeks_mid and peeks_far tells them apart
+    ("ch10.leaky_models", frozenset({"output_0_only", "adjacent_only"})): lambda case: "peeks_late" in case.label,
     # a window hard-coded to the example's W = 3 is one key too many at W = 2, one too few at W = 4
     ("ch8.sliding_window_mask", frozenset({"window_ignored", "off_by_one"})): lambda case: case.args[1] == 2,
     ("ch8.sliding_window_mask", frozenset({"window_ignored", "window_too_small"})): lambda case: case.args[1] == 4,
@@ -586,3 +593,84 @@ def test_model_output_objects_in_a_list_answer_are_named():
 
     problem = grader.compare_outputs([True, False], [CausalLMOutput(logits=torch.zeros(1)), False])
     assert problem.key == "grader.model_output_in_answer" and problem.params == {"got": "CausalLMOutput"}
+
+
+# --------------------------------------------------------------------------
+# Issue 33: the cases reach where wrong answers fail; what a call changes besides its result is named
+
+from grader_answers import NEW_RIGHT, NEW_WRONG  # noqa: E402
+
+NEW_RIGHTS = [(t, n) for t in TASKS for n in range(len(NEW_RIGHT.get(t, [])))]
+
+
+def test_every_task_has_new_wrong_answers_of_issue_33_and_another_right_one():
+    for task_id in TASKS:
+        if task_id == "ch9.pass_on":  # runs on the ranks: its side effects there are not watched
+            continue
+        assert len(NEW_WRONG[task_id]) >= 2 and len(NEW_RIGHT[task_id]) >= 1, task_id
+
+
+@pytest.mark.parametrize("task_id,n", NEW_RIGHTS, ids=[f"{t}-{NEW_RIGHT[t][n][0]}" for t, n in NEW_RIGHTS])
+def test_each_new_right_answer_gets_full_marks(task_id, n):
+    what, answer = NEW_RIGHT[task_id][n]
+    result = grader.grade(task_id, answer)
+    assert result.passed, (what, result.text())
+
+
+def test_what_a_call_changes_is_put_back():
+    exp, softmax = torch.exp, torch.Tensor.softmax
+
+    def patches(s, a):
+        torch.exp = lambda x: x
+        torch.Tensor.softmax = lambda self, dim: self
+        torch.set_default_dtype(torch.float64)
+        return s.masked_fill(~a, float("-inf")).softmax(-1)
+
+    try:
+        result = grader.grade("ch1.masked_softmax", patches)
+    finally:
+        left = (torch.exp, torch.Tensor.softmax, torch.get_default_dtype())  # what the grader left
+        torch.exp = exp
+        if "softmax" in vars(torch.Tensor):
+            del torch.Tensor.softmax
+        torch.set_default_dtype(torch.float32)
+    assert left == (exp, softmax, torch.float32)
+    assert {"grader.patched_torch", "grader.changed_default_dtype"} <= set().union(
+        *(all_keys(f.problem) for f in result.failures)), result.text()
+
+
+def test_a_notebooks_patch_or_default_dtype_does_not_reach_the_references():
+    """A cell that set float64 as default, or patched torch, before check: the cases and the cached
+    float32 references stay as they were, and a right answer gets full marks."""
+    softmax = torch.Tensor.softmax
+    grader.grade("ch1.masked_softmax", TASKS["ch1.masked_softmax"].reference)  # references cached in float32
+    torch.set_default_dtype(torch.float64)
+    torch.Tensor.softmax = lambda self, dim=-1: self  # a wrong softmax, patched in the notebook
+    try:
+        right = NEW_RIGHT["ch1.masked_softmax"][0][1]  # does not call softmax
+        assert grader.grade("ch1.masked_softmax", right).passed
+        assert grader.grade("ch4.shifted_targets", TASKS["ch4.shifted_targets"].reference).passed
+    finally:
+        torch.Tensor.softmax = softmax
+        torch.set_default_dtype(torch.float32)
+
+
+def test_the_course_copy_is_refused_where_the_task_asks_for_it_and_fine_elsewhere():
+    from attnlab.multihead import merge_heads as course_merge, split_heads as course_split
+
+    refused = grader.grade("ch2.split_heads", lambda x, H: course_split(x, H))
+    assert refused.points == 0 and keys(refused) == {"grader.course_copy"}
+    for lang in i18n.LANGUAGES:
+        assert "attnlab.multihead.split_heads" in refused.text(lang)
+    tasks = all_tasks()
+
+    class UsesTheCourseTools(tasks["ch2.mha_forward"].reference):  # task 3 may call tasks 1 and 2's course copies
+        def forward(self, x):
+            q, k, v = (course_split(p(x), self.n_heads) for p in (self.q_proj, self.k_proj, self.v_proj))
+            return self.out_proj(course_merge(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)))
+
+    assert grader.grade("ch2.mha_forward", UsesTheCourseTools).passed
+    from attnlab.exercises.ch1 import future_weight  # the grader's own answer, imported as a learner would
+
+    answer_key = grader.grade("ch1.future_weight", lambda w, a: future_weight(w, a))
+    assert keys(answer_key) == {"grader.course_copy"}

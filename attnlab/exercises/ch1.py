@@ -27,7 +27,7 @@ def causal_mask(T):
 
 
 def causal_mask_cases(generator):
-    return [Case((T,), label=f"T={T}") for T in (1, 5, 8, 11)]
+    return [Case((T,), label=f"T={T}") for T in (1, 5, 70, 11)]  # T = 70: above any 64 x 64 mask kept around
 
 
 CAUSAL_MASK = Task(
@@ -38,6 +38,8 @@ CAUSAL_MASK = Task(
         "transposed": lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
         "no_mask": lambda T: torch.ones(T, T, dtype=torch.bool),
     },
+    course_copies=("attnlab.masks.causal_allowed", "attnlab.masks.causal_allowed_from_indices",
+                   "attnlab.mask_builder.build_mask"),
     alternatives=[
         lambda T: torch.arange(T)[None, :] <= torch.arange(T)[:, None],
         lambda T: ~torch.ones(T, T, dtype=torch.bool).triu(diagonal=1),
@@ -58,19 +60,32 @@ def masked_softmax(scores, allowed):
 def score_cases(generator):
     device = case_device()
     cases = []
-    for shape, allowed, label in [
-        ((5, 5), torch.ones(5, 5, dtype=torch.bool).tril(), "T=5"),
-        ((2, 3, 7, 7), torch.ones(7, 7, dtype=torch.bool).tril(), "B=2, H=3, T=7"),
-        ((4, 6), random_allowed(4, 6, generator), "T_q=4, T_kv=6"),
-        ((2, 9, 9), torch.ones(9, 9, dtype=torch.bool).tril(), "B=2, T=9"),
+    for shape, allowed, scale, dtype, label in [
+        ((5, 5), torch.ones(5, 5, dtype=torch.bool).tril(), 3.0, torch.float32, "T=5"),
+        ((2, 3, 7, 7), torch.ones(7, 7, dtype=torch.bool).tril(), 3.0, torch.float32, "B=2, H=3, T=7"),
+        ((4, 6), random_allowed(4, 6, generator), 3.0, torch.float64, "T_q=4, T_kv=6, float64"),
+        ((2, 9, 9), torch.ones(9, 9, dtype=torch.bool).tril(), 300.0, torch.float32, "B=2, T=9, scores*300"),
     ]:
-        scores = torch.randn(shape, generator=generator) * 3
-        cases.append(Case((scores.to(device), allowed.to(device)), label=label))
+        scores = torch.randn(shape, generator=generator) * scale
+        if scale > 100:  # scores in the hundreds (float32 exp overflows), the blocked ones far above the rest
+            scores = scores.masked_fill(~allowed, 1000.0)
+        cases.append(Case((scores.to(dtype).to(device), allowed.to(device)), label=label))
     return cases
 
 
 def _manual_softmax(scores, allowed):
-    e = (scores - scores.amax(dim=-1, keepdim=True)).exp() * allowed
+    top = scores.masked_fill(~allowed, NEG_INF).amax(dim=-1, keepdim=True)  # the maximum over the allowed keys
+    e = (scores - top).exp().masked_fill(~allowed, 0.0)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _no_max_shift(s, a):  # exp of the raw scores: overflows to inf above about 88 in float32
+    e = s.exp().masked_fill(~a, 0.0)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _max_over_blocked(s, a):  # the maximum taken over the blocked keys too: the allowed ones underflow to 0
+    e = (s - s.amax(dim=-1, keepdim=True)).exp().masked_fill(~a, 0.0)
     return e / e.sum(dim=-1, keepdim=True)
 
 
@@ -82,7 +97,10 @@ MASKED_SOFTMAX = Task(
         "after_softmax": lambda s, a: s.softmax(dim=-1) * a,
         "wrong_axis": lambda s, a: s.masked_fill(~a, NEG_INF).softmax(dim=-2),
         "no_mask": lambda s, a: s.softmax(dim=-1),
+        "no_max_shift": _no_max_shift,
+        "max_over_blocked": _max_over_blocked,
     },
+    course_copies=("attnlab.attention.masked_softmax", "attnlab.attention.mask_scores"),
     alternatives=[
         lambda s, a: torch.where(a, s, NEG_INF).softmax(dim=-1),
         lambda s, a: (s + torch.zeros_like(s).masked_fill(~a, NEG_INF)).softmax(dim=-1),
@@ -214,6 +232,7 @@ def _where_converter(mask, source, target, dtype=torch.float32):
 
 CONVERT_MASK = Task(
     id="ch1.convert_mask", exercise=EXERCISE, reference=convert_mask, cases=convert_cases, call=_call_converter,
+    course_copies=("attnlab.masks.additive_mask", "attnlab.masks.to_blocked", "attnlab.masks.to_allowed"),
     mutants={
         "copied": _copied,
         "additive_inverted": _mutant_converter(

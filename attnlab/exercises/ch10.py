@@ -10,9 +10,9 @@ from functools import lru_cache
 
 import torch
 
-from ..audit import register_leaky_attention, require_transformers, tiny_model
+from ..audit import model_from_config, register_leaky_attention, require_transformers, tiny_config, tiny_model
 from ..causality import eval_mode
-from ..grader import Case, Problem, Task, compare_outputs
+from ..grader import Case, Problem, Task, compare_outputs, same_output, watched_models
 
 EXERCISE = "10-auditing-a-real-model"
 ATOL = 1e-5
@@ -30,17 +30,28 @@ def small_leak_attention(module, query, key, value, attention_mask, **kwargs):
     return causal + SMALL * (ahead - causal), weights
 
 
-def peeks_once_attention(module, query, key, value, attention_mask, **kwargs):
-    """Causal, except that query 0 also reads key 1: one leaking pair, far from the last position,
-    so a prefix test that changes only the last token cannot see it (the exercise runs unpadded)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def _peeks(t, s):
+    """Causal, except that query t also reads key s (negative: counted from the end): one leaking pair."""
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    q_len, kv_len = query.shape[2], key.shape[2]
-    allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)  # [q, kv]
-    if q_len == kv_len > 2:
-        allowed[0, 1] = True
-    kwargs.pop("is_causal", None)
-    return sdpa_attention_forward(module, query, key, value, allowed[None, None], is_causal=False, **kwargs)
+        q_len, kv_len = query.shape[2], key.shape[2]
+        allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)  # [q, kv]
+        if q_len == kv_len > 3:
+            allowed[t % q_len, s % kv_len] = True
+        kwargs.pop("is_causal", None)
+        return sdpa_attention_forward(module, query, key, value, allowed[None, None], is_causal=False, **kwargs)
+
+    return attention
+
+
+# query 0 reads key 1: far from the last position, so a prefix test that changes only the last token
+# cannot see it (the exercise runs unpadded); query 1 reads key 2: not output 0; query T-3 reads key
+# T-1: neither output 0 nor the position just before the change
+# T-1: neither output 0 nor the position just before the change; in a one-layer model, query 0 reads
+# key 3: a leak that is not at t = s - 1
+peeks_once_attention, peeks_mid_attention, peeks_late_attention, peeks_far_attention = (
+    _peeks(0, 1), _peeks(1, 2), _peeks(-3, -1), _peeks(0, 3))
 
 
 def register_small_leak() -> str:
@@ -49,7 +60,9 @@ def register_small_leak() -> str:
     from transformers.masking_utils import sdpa_mask
 
     register_leaky_attention()
-    for name, function in (("exercise_small_leak", small_leak_attention), ("exercise_peeks_once", peeks_once_attention)):
+    for name, function in (("exercise_small_leak", small_leak_attention), ("exercise_peeks_once", peeks_once_attention),
+                           ("exercise_peeks_mid", peeks_mid_attention), ("exercise_peeks_late", peeks_late_attention),
+                           ("exercise_peeks_far", peeks_far_attention)):
         AttentionInterface.register(name, function)
         AttentionMaskInterface.register(name, sdpa_mask)
     return "exercise_small_leak"
@@ -57,9 +70,14 @@ def register_small_leak() -> str:
 
 @lru_cache(maxsize=None)
 def _template(name: str, implementation: str, seed: int):
-    if implementation == "exercise_small_leak":
+    if implementation.startswith("exercise_"):
         register_small_leak()
-    model = tiny_model(name, implementation, seed)
+    if name.endswith("_1layer"):  # one layer: a leak stays at its one pair (two layers spread it to others)
+        config = tiny_config(name.removesuffix("_1layer"))
+        config.num_hidden_layers = 1
+        model = model_from_config(config, implementation, seed)
+    else:
+        model = tiny_model(name, implementation, seed)
     return model, copy.deepcopy(model.state_dict())
 
 
@@ -69,6 +87,7 @@ def build(spec) -> torch.nn.Module:
     name, implementation, seed, training = spec
     model, state = _template(name, implementation, seed)
     model.load_state_dict(state)
+    model.requires_grad_(False)  # gradients on for the learner's code, none needed for the weights (fast)
     return model.train() if training else model.eval()
 
 
@@ -101,8 +120,32 @@ def adapter_cases(generator):
     return cases
 
 
+def generate_positions(mask):
+    """The position ids generate() passes with a padded batch: the real tokens counted from 0."""
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
 def _call_adapter(fn, spec, ids, pad):
-    return fn(build(spec), ids, pad)
+    """The learner's adapter on a fresh model. Position ids passed as generate() passes them (the real
+    tokens counted from 0) are right too: logits that match that reading count as the reference's."""
+    model = build(spec)
+    passed = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: passed.append(kwargs.get("position_ids") is not None), with_kwargs=True)
+    try:
+        with watched_models(model):
+            got = fn(model, ids, pad)
+    finally:
+        hook.remove()
+    if any(passed) and isinstance(got, torch.Tensor) and got.shape == (*ids.shape, model.config.vocab_size):
+        B, T = ids.shape
+        full = torch.cat([torch.zeros(B, pad, dtype=ids.dtype), ids], dim=1)
+        mask = torch.cat([torch.zeros(B, pad, dtype=torch.long), torch.ones(B, T, dtype=torch.long)], dim=1)
+        with eval_mode(model), torch.no_grad():
+            counted = model(input_ids=full, attention_mask=mask, position_ids=generate_positions(mask)).logits[:, pad:]
+            if same_output(got.detach().to(counted.device), counted, atol=ATOL):
+                return padded_logits(model, ids, pad)  # the same answer, read with the positions the task's reference uses
+    return got
 
 
 def _adapter_mutant(side="left", mask="right", keep="real", train_mode=False):
@@ -190,29 +233,39 @@ POOL = {  # label -> (name, implementation, training)
     "small_leak": ("mistral", "exercise_small_leak", False),  # a leak of about 1e-4
     "drops_mask": ("gpt2", "audit_drops_mask", False),
     "peeks_once": ("llama", "exercise_peeks_once", False),  # output 0 reads position 1, nothing else leaks
+    "peeks_mid": ("mistral", "exercise_peeks_mid", False),  # output 1 reads position 2
+    "peeks_late": ("mistral_1layer", "exercise_peeks_late", False),  # one layer; output T-3 reads position T-1
+    "peeks_far": ("llama_1layer", "exercise_peeks_far", False),  # one layer; output 0 reads position 3, nothing else
 }
-LINEUPS = [  # five models per case, the leaking ones in other places each time
-    (["llama", "own_mask", "gpt2_dropout", "small_leak", "gemma3"], 6),
-    (["small_leak", "gpt2_dropout", "mistral", "llama", "own_mask"], 8),
-    (["gpt2_dropout", "drops_mask", "own_mask", "gemma3", "small_leak"], 7),
-    (["own_mask", "small_leak", "llama", "peeks_once", "gpt2_dropout"], 5),
+LINEUPS = [  # five models per case, the leaking ones in other places each time; (models, T, atol)
+    (["llama", "own_mask", "gpt2_dropout", "small_leak", "gemma3"], 6, ATOL),
+    (["small_leak", "gpt2_dropout", "peeks_mid", "peeks_far", "own_mask"], 8, ATOL),
+    (["gpt2_dropout", "drops_mask", "own_mask", "gemma3", "small_leak"], 7, 1e-3),  # the small leak is below atol
+    (["own_mask", "small_leak", "peeks_late", "peeks_once", "gpt2_dropout"], 5, ATOL),
 ]
+VOCAB = 128  # the tiny models' vocabulary
 
 
 def lineup_cases(generator):
     cases = []
-    for n, (labels, T) in enumerate(LINEUPS):
+    for n, (labels, T, atol) in enumerate(LINEUPS):
         specs = tuple((*POOL[label][:2], 10 + n, POOL[label][2]) for label in labels)
-        ids = torch.randint(1, 128, (1, T), generator=generator)
-        cases.append(Case((specs, ids), {"atol": ATOL}, label=f"{', '.join(labels)}; T={T}"))
+        ids = torch.randint(1, VOCAB, (1, T), generator=generator)
+        ids[0, 1] = 0  # token 0 where peeks_once leaks: a test that writes token 0 as the change misses it
+        ids[0, -2] = VOCAB - 1  # the last token of the vocabulary: (id + 1) % V wraps round
+        if "peeks_late" in labels:  # token 0 last too: writing token 0 misses peeks_late, changing the last one does not
+            ids[0, -1] = 0
+        cases.append(Case((specs, ids), {"atol": atol}, label=f"{', '.join(labels)}; T={T}, atol={atol:g}"))
     return cases
 
 
 def _call_lineup(fn, specs, ids, atol):
-    return fn([build(spec) for spec in specs], ids, atol=atol)
+    models = [build(spec) for spec in specs]
+    with watched_models(*models):
+        return fn(models, ids, atol=atol)
 
 
-def _lineup_mutant(positions="before", atol_used=None, train_mode=False, padding=0):
+def _lineup_mutant(positions="before", atol_used=None, train_mode=False, padding=0, new_token="next"):
     def leaky(models, ids, atol=ATOL):
         T = ids.size(1)
         flags = []
@@ -220,7 +273,7 @@ def _lineup_mutant(positions="before", atol_used=None, train_mode=False, padding
             if not train_mode:
                 model.eval()
             changed = ids.repeat(T, 1)
-            changed[torch.arange(T), torch.arange(T)] = (ids[0] + 1) % model.config.vocab_size
+            changed[torch.arange(T), torch.arange(T)] = (ids[0] + 1) % model.config.vocab_size if new_token == "next" else 0
             if padding:  # always with left padding and its mask: the library then always builds the mask
                 def run(x):
                     full = torch.cat([torch.zeros(x.size(0), padding, dtype=x.dtype), x], dim=1)
@@ -232,7 +285,9 @@ def _lineup_mutant(positions="before", atol_used=None, train_mode=False, padding
                     return model(input_ids=x).logits
             change = (run(changed) - run(ids)).abs().amax(dim=-1)  # [s, t]
             ones = torch.ones(T, T, dtype=torch.bool)
-            region = ones.tril(diagonal=-1) if positions == "before" else ones.triu()  # "after": t >= s
+            region = {"before": ones.tril(diagonal=-1), "after": ones.triu(),  # "after": t >= s
+                      "output_0": ones.tril(diagonal=-1) & (torch.arange(T)[None, :] == 0),
+                      "adjacent": ones.tril(diagonal=-1) & ~ones.tril(diagonal=-2)}[positions]  # [s, t]
             flags.append(bool((change[region] > (atol if atol_used is None else atol_used)).any()))
         return flags
 
@@ -294,6 +349,10 @@ LEAKY_MODELS = Task(
         "no_eval": _lineup_mutant(train_mode=True),
         "always_padded": _lineup_mutant(padding=2),
         "last_token_only": _lineup_last_token_only,
+        "atol_ignored": _lineup_mutant(atol_used=ATOL),
+        "writes_token_0": _lineup_mutant(new_token="zero"),
+        "output_0_only": _lineup_mutant(positions="output_0"),
+        "adjacent_only": _lineup_mutant(positions="adjacent"),
     },
     alternatives=[_lineup_with_course_map, _lineup_one_at_a_time],
 )

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ..grader import Case, Task
+from ..grader import Case, Task, compare_outputs
 from . import case_device
 
 EXERCISE = "11-backward-pass"
@@ -17,6 +17,20 @@ EXERCISE = "11-backward-pass"
 
 def _randn(generator, *shape):
     return torch.randn(*shape, generator=generator, dtype=torch.float64).to(case_device())
+
+
+def _float32_too(value):
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+        return value.double()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_float32_too(v) for v in value)
+    return value
+
+
+def compare_float64(expected, got):
+    """The cases are float64 (the intro says so); a result in float32 (a tensor made without dtype=) is
+    compared by its values, with the same tolerances: the task is about the formula, not the dtype."""
+    return compare_outputs(expected, _float32_too(got))
 
 
 # --------------------------------------------------------------------------
@@ -45,7 +59,8 @@ def score_grad_cases(generator):
 
 
 SCORE_GRAD = Task(
-    id="ch11.score_grad", exercise=EXERCISE, reference=score_grad, cases=score_grad_cases,
+    id="ch11.score_grad", exercise=EXERCISE, reference=score_grad, cases=score_grad_cases, compare=compare_float64,
+    course_copies=("attnlab.blocked_backward.attention_grads", "attnlab.blocked_backward.ByHand.backward"),
     mutants={
         "forgets_d": lambda p, dp, d_out, out: p * dp,
         "forgets_p": lambda p, dp, d_out, out: dp - (d_out * out).sum(dim=-1, keepdim=True),
@@ -77,9 +92,13 @@ def tile_backward(q, k, v, d_out, lse, D, blocked):
     return ds @ k * scale, ds.T @ q * scale, dv
 
 
-def _tile_case(generator, T, block, i, j, d):
-    """The tile (query tile i, key tile j) of a causal [T, T] attention with its true L and D."""
+def _tile_case(generator, T, block, i, j, d, scale=1.0):
+    """The tile (query tile i, key tile j) of a causal [T, T] attention with its true L and D; with
+    ``scale``, the scores grow with the key's position (a blocked score is thousands above L: exp of it
+    overflows float64)."""
     q, k, v, d_out = (_randn(generator, T, d) for _ in range(4))
+    if scale != 1:  # every later key scores higher: the blocked (future) scores lie far above L
+        q, k = q.abs() + 1, (k.abs() + 1) * torch.arange(T, device=k.device)[:, None] * scale
     allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     p = (q @ k.T / math.sqrt(d)).masked_fill(~allowed, float("-inf"))
     lse, p = p.logsumexp(dim=-1), p.softmax(dim=-1)
@@ -89,9 +108,19 @@ def _tile_case(generator, T, block, i, j, d):
 
 
 def tile_cases(generator):
-    return [Case(_tile_case(generator, T, block, i, j, d), label=f"T={T}, block={block}, tile=({i},{j}), d={d}")
-            for T, block, i, j, d in [(12, 4, 1, 1, 4), (12, 4, 2, 0, 3), (15, 5, 2, 2, 2), (16, 4, 3, 1, 5),
-                                      (10, 5, 1, 1, 6)]]
+    return [Case(_tile_case(generator, T, block, i, j, d, scale),
+                 label=f"T={T}, block={block}, tile=({i},{j}), d={d}" + (f", scores*{scale:g}" if scale != 1 else ""))
+            for T, block, i, j, d, scale in [(12, 4, 1, 1, 4, 1), (12, 4, 2, 0, 3, 1), (15, 5, 2, 2, 2, 400),
+                                             (16, 4, 3, 1, 5, 1), (10, 5, 1, 1, 6, 1)]]
+
+
+def _exp_then_mask(q, k, v, d_out, lse, D, blocked):
+    """exp(S - L) of every score, then multiplied by the mask: where a blocked score is far above L,
+    exp gives inf, and inf * 0 is NaN."""
+    scale = 1 / math.sqrt(q.size(-1))
+    p = torch.exp(q @ k.T * scale - lse[:, None]) * ~blocked
+    ds = p * (d_out @ v.T - D[:, None])
+    return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
 
 
 def _unmasked_tile(q, k, v, d_out, lse, D, blocked):
@@ -148,7 +177,11 @@ TILE_BACKWARD = Task(
         "lse_without_none": _lse_by_key,
         "masked_with_zero": _zero_filled_tile,
         "d_without_none": _d_by_key,
+        "exp_then_mask": _exp_then_mask,
     },
+    compare=compare_float64,
+    course_copies=("attnlab.blocked_backward.tile_grads", "attnlab.blocked_backward.blocked_backward",
+                   "attnlab.blocked_backward.ByHand.backward", "attnlab.blocked_backward.attention_grads"),
     alternatives=[_tile_with_softmax],
 )
 
@@ -168,6 +201,7 @@ def saved_cases(generator):
 
 SAVED_BYTES = Task(
     id="ch11.saved_bytes", exercise=EXERCISE, reference=saved_bytes, cases=saved_cases,
+    course_copies=("attnlab.blocked_backward.saved_bytes_formula", "attnlab.blocked_backward.saved_tensors"),
     mutants={
         "forgets_lse": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * d * s),
         "forgets_heads": lambda B, H, T, d, s: (B * T * T * s, B * T * d * s + B * T * 4),

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..grader import Case, Task
+from ..grader import Case, Problem, Refusal, Task
 from . import case_device
 
 EXERCISE = "02-multi-head-attention"
@@ -33,6 +33,7 @@ def split_cases(generator):
 
 SPLIT_HEADS = Task(
     id="ch2.split_heads", exercise=EXERCISE, reference=split_heads, cases=split_cases,
+    course_copies=("attnlab.multihead.split_heads", "attnlab.multihead.split_heads_without_transpose"),
     mutants={
         "no_transpose": lambda x, H: x.view(x.shape[0], H, x.shape[1], x.shape[2] // H),
         "interleaved": lambda x, H: x.view(x.shape[0], x.shape[1], x.shape[2] // H, H).permute(0, 3, 1, 2),
@@ -62,6 +63,7 @@ def merge_cases(generator):
 
 MERGE_HEADS = Task(
     id="ch2.merge_heads", exercise=EXERCISE, reference=merge_heads, cases=merge_cases,
+    course_copies=("attnlab.multihead.merge_heads", "attnlab.multihead.merge_heads_without_transpose"),
     mutants={
         "no_transpose": lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
         "interleaved": lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),
@@ -171,12 +173,19 @@ def module_cases(generator):
 def _call_module(cls, state, x, n_heads):
     """Build the learner's class with the case's width and heads, load the weights, run forward."""
     module = cls(x.shape[-1], n_heads).to(x.device)
-    module.load_state_dict(state)
+    # The task's four weights are loaded; what else the module registers (nanoGPT's `bias` buffer, a
+    # tril mask) stays as the module made it. A weight the module lacks is named, not cut short.
+    missing = [name for name in state if name not in module.state_dict()]
+    if missing:
+        raise Refusal(Problem("grader.ch2.mha_forward.missing_weights", {"names": ", ".join(missing)}))
+    module.load_state_dict(state, strict=False)
     return module.eval()(x)
 
 
 MHA_FORWARD = Task(
     id="ch2.mha_forward", exercise=EXERCISE, reference=CausalSelfAttention, cases=module_cases, call=_call_module,
+    course_copies=("attnlab.multihead.MultiHeadAttention.forward", "attnlab.gpt.SelfAttention.forward",
+                   "attnlab.gpt.SelfAttention.attend"),
     mutants={
         "no_mask": _NoMask,
         "split_without_transpose": _SplitWithoutTranspose,

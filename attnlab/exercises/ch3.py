@@ -139,9 +139,11 @@ def attend_new_queries(q, k, v):
 
 
 def cached_cases(generator):
-    return [Case(_qkv(generator, B, H, T_q, T_kv, d), label=f"B={B}, H={H}, T_q={T_q}, T_kv={T_kv}, d={d}")
-            for B, H, T_q, T_kv, d in [(2, 2, 3, 7, 8), (1, 3, 1, 6, 4), (1, 2, 5, 5, 8), (2, 1, 2, 9, 4),
-                                       (1, 2, 4, 10, 8)]]
+    cases = [Case(_qkv(generator, B, H, T_q, T_kv, d), label=f"B={B}, H={H}, T_q={T_q}, T_kv={T_kv}, d={d}")
+             for B, H, T_q, T_kv, d in [(2, 2, 3, 7, 8), (1, 3, 1, 6, 4), (1, 2, 5, 5, 8), (2, 1, 2, 9, 4)]]
+    q, k, v = _qkv(generator, 1, 2, 4, 70, 8)  # float64 and T_kv = 70: the dtype kept, no 64-position mask
+    cases.append(Case(tuple(t.double() for t in (q, k, v)), label="B=1, H=2, T_q=4, T_kv=70, d=8, float64"))
+    return cases
 
 
 def _index_mask_attention(q, k, v):
@@ -206,6 +208,7 @@ def _tiles_by_index(T, block):
 
 TILE_KINDS = Task(
     id="ch3.tile_kinds", exercise=EXERCISE, reference=tile_kinds, cases=tile_cases,
+    course_copies=("attnlab.blocked.tile_map", "attnlab.blocked.tile_kind"),
     mutants={
         "transposed": lambda T, b: [[{"full": "skipped", "skipped": "full"}.get(kind, kind) for kind in row]
                                     for row in tile_kinds(T, b)],

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..causality import cut_map, dependence_map, first_leak
 from ..gpt import GPT, GPTConfig, pick_next
-from ..grader import Case, Problem, Task, compare_outputs
+from ..grader import Case, Problem, Task, compare_outputs, watched_models
 from ..multihead import merge_heads, split_heads
 from . import case_device
 
@@ -77,8 +77,9 @@ LOSS_SIZES = [(2, 7, 11), (3, 5, 6), (3, 12, 20), (4, 9, 5), (2, 15, 8)]  # (B, 
 def loss_cases(generator):
     device = case_device()
     cases = []
-    for B, T, V in LOSS_SIZES:
-        logits = torch.randn(B, T, V, generator=generator) * 2
+    for n, (B, T, V) in enumerate(LOSS_SIZES):
+        # the last case: logits in the hundreds, where softmax underflows to 0 and log(softmax) gives inf
+        logits = torch.randn(B, T, V, generator=generator) * (2 if n < len(LOSS_SIZES) - 1 else 200)
         targets = torch.randint(0, V, (B, T), generator=generator)
         cases.append(Case((logits.to(device), targets.to(device)), label=f"B={B}, T={T}, V={V}"))
     return cases
@@ -114,6 +115,7 @@ NEXT_TOKEN_LOSS = Task(
         "no_log_softmax": lambda logits, targets: F.nll_loss(logits.flatten(0, 1), targets.flatten()),
         "sum": lambda logits, targets: _per_position(logits, targets).sum(),
         "sum_over_time": lambda logits, targets: _per_position(logits, targets).sum(dim=1).mean(),
+        "log_of_softmax": lambda logits, targets: -logits.softmax(dim=-1).log().gather(-1, targets[..., None]).mean(),
     },
     alternatives=[
         lambda logits, targets: F.cross_entropy(logits.transpose(1, 2), targets),
@@ -169,7 +171,9 @@ def build_gpt(config, state, device):
     with torch.random.fork_rng():
         model = GPT(config)
     model.load_state_dict(state)
-    return model.to(device).eval()
+    # The learner's code runs with gradients on (it may use autograd on its inputs); the case models'
+    # weights need none, so a forward pass builds no graph and costs what it costs under no_grad.
+    return model.to(device).eval().requires_grad_(False)
 
 
 def generate_cases(generator):
@@ -185,8 +189,11 @@ def generate_cases(generator):
 
 
 def _call_generate(fn, config, state, prompt, n_new):
-    """A fresh model for every call: whatever the learner's function does to it stays in this call."""
-    return fn(build_gpt(config, state, prompt.device), prompt, n_new)
+    """A fresh model for every call: whatever the learner's function does to it stays in this call
+    (and is named: the model put in training mode, its weights changed)."""
+    model = build_gpt(config, state, prompt.device)
+    with watched_models(model):
+        return fn(model, prompt, n_new)
 
 
 def _generate_mutant(position=-1, feed="all", crop="end", keep_prompt=True):
@@ -255,7 +262,8 @@ GREEDY_GENERATE = Task(
         "crop_one_short": _generate_mutant(crop="one_short"),
         "new_tokens_only": _generate_mutant(keep_prompt=False),
     },
-    alternatives=[_nanogpt_style, _preallocated, _cache_while_it_fits, _python_lists],
+    course_copies=("attnlab.gpt.GPT.generate", "attnlab.window_cache.decode_greedy"),
+    alternatives=[_nanogpt_style, _preallocated, _python_lists],
 )
 
 
@@ -303,7 +311,8 @@ def _call_block(fn, config, state, x, idx):
     not only the first: which ones leak tells the mistakes apart (all later inputs: no mask;
     only the next one: a mask one position too wide)."""
     blocks = build_gpt(config, state, x.device).blocks  # what the learner's function is handed
-    out = fn(blocks[0], x)
+    with watched_models(blocks):
+        out = fn(blocks[0], x)
     model = build_gpt(config, state, x.device)  # its blocks run the learner's function on `blocks`
     for own, block in zip(model.blocks, blocks):
         own.forward = lambda h, cache=None, block=block: fn(block, h)
@@ -394,7 +403,8 @@ CAUSAL_BLOCK = Task(
         "scale_model_size": _block_mutant(scale="model"),
         "upper_triangle": _block_mutant(mask="upper"),  # triu() kept: each position reads itself and the future
     },
-    alternatives=[_sdpa_block, _loop_block, _additive_block, lambda block, x: block(x)],
+    course_copies=("attnlab.gpt.Block.forward", "attnlab.gpt.SelfAttention.forward", "attnlab.gpt.SelfAttention.attend"),
+    alternatives=[_sdpa_block, _loop_block, _additive_block],
 )
 
 TASKS = [SHIFTED_TARGETS, NEXT_TOKEN_LOSS, GREEDY_GENERATE, CAUSAL_BLOCK]

@@ -11,7 +11,7 @@ import torch
 
 from ..causality import as_sequence, eval_mode, logits_of, vocab_size_of
 from ..gpt import GPTConfig
-from ..grader import Case, Task
+from ..grader import Case, Task, watched_models
 from ..leaky import leaky_gpt
 from . import case_device
 from .ch4 import build_gpt, random_gpt_state
@@ -49,11 +49,13 @@ def build_model(variant, config, state, device):
     if variant == "causal":
         return model
     with torch.random.fork_rng(devices=[]):
-        return leaky_gpt(variant, model).to(device).eval()
+        return leaky_gpt(variant, model).to(device).eval().requires_grad_(False)
 
 
 def _call_with_model(fn, variant, config, state, idx, atol):
-    return fn(build_model(variant, config, state, idx.device), idx, atol=atol)
+    model = build_model(variant, config, state, idx.device)
+    with watched_models(model):  # handed back in training mode, or with other weights: named
+        return fn(model, idx, atol=atol)
 
 
 def _future(T, device):
@@ -152,7 +154,9 @@ PREFIX_LEAKS = Task(
         "argmax_only": _prefix_mutant(compare="argmax"),
         "no_triangle": _prefix_mutant(keep="all"),
     },
-    alternatives=[_loop_over_positions, _allclose_rows, _course_map],
+    course_copies=("attnlab.causality.dependence_map", "attnlab.causality.jacobian_map", "attnlab.causality.find_leaks",
+                   "attnlab.causality.assert_causal"),
+    alternatives=[_loop_over_positions, _allclose_rows],
 )
 
 
@@ -241,7 +245,8 @@ CUT_LEAKS = Task(
         "column_of_last_kept": _cut_mutant(rows="column_before"),
         "transposed": _cut_mutant(transpose=True),
     },
-    alternatives=[_cut_list, _course_cut_map, _cut_shortest_first],
+    course_copies=("attnlab.causality.cut_map", "attnlab.causality.find_leaks", "attnlab.causality.assert_causal"),
+    alternatives=[_cut_list, _cut_shortest_first],
 )
 
 TASKS = [PREFIX_LEAKS, CUT_LEAKS]

@@ -11,10 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..grader import Case, Task
+from ..grader import Case, Task, watched_models
 from ..gpt import GPTConfig, KVCache, SelfAttention
-from ..mask_builder import build_mask
-from ..masks import causal_allowed_from_indices
 from ..multihead import merge_heads, split_heads
 from . import case_device
 
@@ -75,7 +73,13 @@ def _run_decode(fn, state, positions, x, prompt, n_head):
     B, T_total, D = x.shape
     attn = SelfAttention(GPTConfig(vocab_size=1, block_size=T_total, n_head=n_head, n_embd=D)).to(x.device)
     attn.load_state_dict(state)
-    attn.eval()
+    attn.eval().requires_grad_(False)  # gradients on for the learner's code, none needed for the weights
+    with watched_models(attn):  # its weights changed, or put in training mode: named
+        return _decode_steps(fn, attn, positions, x, prompt)
+
+
+def _decode_steps(fn, attn, positions, x, prompt):
+    B, T_total, D = x.shape
     position_embedding = nn.Embedding.from_pretrained(positions)  # [max_len, D]
     _, k_all, v_all = _project(attn, x + positions)  # [B, H, T_total, d]: full recomputation
     k_cache, v_cache = k_all[:, :, :prompt], v_all[:, :, :prompt]  # the prefill
@@ -159,7 +163,8 @@ DECODE_STEP = Task(
         "values_not_appended": _step_mutant(keep_old_v=True),
         "old_cache_only": _step_mutant(attend_old=True),
     },
-    alternatives=[_recompute_everything, _course_cache, _einsum_preallocated, _course_attend],
+    course_copies=("attnlab.gpt.SelfAttention.forward",),  # its attend (attention over the keys) is fine
+    alternatives=[_recompute_everything, _einsum_preallocated, _course_attend],
 )
 
 
@@ -174,11 +179,13 @@ def decode_mask(T_q, T_kv):
 
 def mask_cases(generator):
     return [Case((T_q, T_kv), label=f"T_q={T_q}, T_kv={T_kv}")
-            for T_q, T_kv in [(1, 6), (3, 7), (4, 4), (2, 9), (5, 8), (3, 10)]]  # the notebook shows (2, 4)
+            for T_q, T_kv in [(1, 6), (3, 7), (4, 4), (2, 9), (5, 8), (3, 80)]]  # T_kv = 80: no 64-key mask kept  # the notebook shows (2, 4)
 
 
 DECODE_MASK = Task(
     id="ch6.decode_mask", exercise=EXERCISE, reference=decode_mask, cases=mask_cases,
+    course_copies=("attnlab.masks.causal_allowed_from_indices", "attnlab.mask_builder.build_mask",
+                   "attnlab.mask_builder.batch_mask"),
     mutants={
         "top_left": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(),
         "strictly_lower": lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(diagonal=T_kv - T_q - 1),
@@ -189,8 +196,6 @@ DECODE_MASK = Task(
     },
     alternatives=[
         lambda T_q, T_kv: torch.arange(T_kv)[None, :] <= torch.arange(T_kv - T_q, T_kv)[:, None],
-        lambda T_q, T_kv: causal_allowed_from_indices(T_q, T_kv),
-        lambda T_q, T_kv: build_mask("causal", T_q, T_kv),
         lambda T_q, T_kv: ~torch.ones(T_q, T_kv, dtype=torch.bool).triu(diagonal=T_kv - T_q + 1),
         lambda T_q, T_kv: torch.ones(T_kv, T_kv, dtype=torch.bool).tril()[-T_q:],
         lambda T_q, T_kv: torch.tensor([[j <= i + T_kv - T_q for j in range(T_kv)] for i in range(T_q)]),
@@ -243,6 +248,7 @@ def _bytes(factor=2, layers=True, batch=True, width="head_dim", length="seq_len"
 
 KV_CACHE_BYTES = Task(
     id="ch6.kv_cache_bytes", exercise=EXERCISE, reference=kv_cache_bytes, cases=bytes_cases,
+    course_copies=("attnlab.gpt.KVCache.nbytes",),
     mutants={
         "no_factor_2": _bytes(factor=1),
         "heads_twice": _bytes(width="n_embd"),
@@ -255,7 +261,6 @@ KV_CACHE_BYTES = Task(
     },
     alternatives=[
         lambda config, B, T, dtype: 2 * config.n_layer * B * T * config.kv_heads * config.head_dim * dtype.itemsize,
-        lambda config, B, T, dtype: KVCache(config, B, T, device="meta", dtype=dtype).nbytes,
         lambda config, B, T, dtype: torch.empty(0, dtype=dtype).element_size() * 2 * math.prod(
             (config.n_layer, B, config.kv_heads, T, config.n_embd // config.n_head)),
         lambda config, B, T, dtype: float(2 * config.n_layer * B * (config.n_kv_head or config.n_head) * config.head_dim

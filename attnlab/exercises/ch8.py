@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from ..grader import Case, Task
-from ..mask_builder import and_masks, batch_mask, build_mask, document_mod, mask_mod, padding_mod
 from ..rope import apply_rope, rope_angles
 from . import case_device, per_row_rule, square_rule
 
@@ -31,7 +30,7 @@ def padded_causal_mask(keep):
 
 
 PADDING_SIZES = [  # (T, lengths); the notebook shows T=3, lengths [3, 1]. Each batch has a padded row.
-    (5, [5, 2, 3]), (7, [4, 7]), (4, [1, 4, 2, 3]), (9, [6, 9, 3]), (6, [2, 5, 6, 4, 1]),
+    (5, [5, 2, 3]), (7, [4, 7]), (4, [1, 4, 2, 3]), (70, [60, 70, 3]), (6, [2, 5, 6, 4, 1]),  # T = 70: no 64 x 64 mask kept
 ]
 
 
@@ -62,8 +61,8 @@ PADDED_CAUSAL_MASK = Task(
         "padding_ignored": per_row_rule(lambda keep, b, q, kv: kv <= q),
         "not_causal": per_row_rule(lambda keep, b, q, kv: keep[b, kv] & (q >= 0)),
     },
+    course_copies=("attnlab.mask_builder.padding_mod", "attnlab.mask_builder.batch_mask", "attnlab.mask_builder.build_mask"),
     alternatives=[
-        lambda keep: batch_mask(and_masks(mask_mod("causal"), padding_mod(keep)), *keep.shape, device=keep.device),
         per_row_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, kv] & keep[b, q]),  # pad queries read nothing anyway
         lambda keep: (torch.tril(torch.ones(keep.size(1), keep.size(1), device=keep.device)).bool()
                       & keep.unsqueeze(1)).unsqueeze(1),
@@ -117,8 +116,8 @@ DOCUMENT_MASK = Task(
         "strict_diagonal": per_row_rule(lambda ids, b, q, kv: (kv < q) & (ids[b, q] == ids[b, kv])),
         "transposed": per_row_rule(lambda ids, b, q, kv: (kv >= q) & (ids[b, q] == ids[b, kv])),
     },
+    course_copies=("attnlab.mask_builder.document_mod", "attnlab.mask_builder.batch_mask", "attnlab.mask_builder.build_mask"),
     alternatives=[
-        lambda ids: batch_mask(and_masks(mask_mod("causal"), document_mod(ids)), *ids.shape, device=ids.device),
         _block_diagonal,
         lambda ids: (ids.unsqueeze(-1) == ids.unsqueeze(-2)).tril().unsqueeze(1),
         per_row_rule(lambda ids, b, q, kv: (kv <= q) & (ids[b, q] - ids[b, kv] == 0)),
@@ -138,7 +137,7 @@ def sliding_window_mask(T, W):
 
 def window_cases(generator):
     return [Case((T, W), label=f"T={T}, W={W}")
-            for T, W in [(7, 2), (9, 4), (5, 1), (8, 8), (10, 3), (6, 9)]]  # the notebook shows T=6, W=3
+            for T, W in [(7, 2), (9, 4), (5, 1), (8, 8), (70, 3), (6, 9)]]  # T = 70: no 64 x 64 mask kept  # the notebook shows T=6, W=3
 
 
 def _flex_style(T, W):
@@ -160,8 +159,8 @@ SLIDING_WINDOW_MASK = Task(
         "window_too_small": square_rule(lambda i, j, W: (j <= i) & (i - j < W - 1)),
         "window_ignored": lambda T, W: sliding_window_mask(T, 3),  # the worked example's W, hard-coded
     },
+    course_copies=("attnlab.mask_builder.build_mask", "attnlab.mask_builder.mask_mod"),
     alternatives=[
-        lambda T, W: build_mask("sliding_window", T, window=W),
         lambda T, W: torch.ones(T, T, dtype=torch.bool).tril().triu(diagonal=-(W - 1)),
         lambda T, W: torch.ones(T, T, dtype=torch.bool).tril() & ~torch.ones(T, T, dtype=torch.bool).tril(-W),
         _flex_style,

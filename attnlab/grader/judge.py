@@ -14,6 +14,9 @@ Besides the output, every call is watched for three things a comparison of outpu
 from __future__ import annotations
 
 import inspect
+import os
+import sys
+import sysconfig
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -22,7 +25,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .compare import _holds_tensors, _type_name, _value, compare_outputs, same_output
-from .model import Case, Failure, Problem, Result, Task
+from .model import (Case, Failure, Problem, Refusal, Result, Task, noting, patched_names, restore_torch,
+                    torch_attributes)
 from .timelimit import TimeLimitExceeded, call_with_time_limit
 
 DEFAULT_TIME_LIMIT = 10.0  # seconds per call of the learner's function
@@ -33,14 +37,218 @@ _OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, muta
 
 @dataclass
 class Watch:
-    """What one learner's call did besides returning: inputs changed, forbidden APIs used."""
+    """What one learner's call did besides returning: inputs changed, forbidden APIs used, global
+    state changed (torch patched, the default dtype, the global RNG reseeded), the course's own copy
+    of the task called, and what the task's ``call`` noted (a model left in training mode)."""
 
     changed: list[str] = field(default_factory=list)  # names of the inputs edited in place
     forbidden: list[str] = field(default_factory=list)  # names of Task.forbidden that were used
+    side: list[Problem] = field(default_factory=list)  # side effects and course copies, in the order seen
 
     def problems(self, task: Task) -> list[Problem]:
         out = [Problem("grader.changed_input", {"name": name}) for name in self.changed]
-        return out + [Problem(f"grader.forbidden.{task.id}.{name}") for name in self.forbidden]
+        return out + [Problem(f"grader.forbidden.{task.id}.{name}") for name in self.forbidden] + self.side
+
+    def add(self, problem: Problem) -> None:
+        if all(p.key != problem.key for p in self.side):
+            self.side.append(problem)
+
+
+# --- where a call comes from: the learner's code, or a library (torch, transformers) or the course
+_LIBRARIES = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                                 sysconfig.get_paths()["stdlib"]})
+_COURSE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # .../attnlab
+_TORCH = os.path.dirname(os.path.realpath(torch.__file__))
+_KIND: dict[str, bool] = {}
+
+
+def _learner_file(filename: str) -> bool:
+    """True for code the learner wrote (a notebook cell, a script), not the course's, torch's or a library's."""
+    if filename not in _KIND:
+        real = os.path.realpath(filename) if not filename.startswith("<") else filename
+        _KIND[filename] = not (real.startswith(_COURSE) or real.startswith(_TORCH) or real.startswith(_LIBRARIES)
+                               or filename.startswith("<frozen"))
+    return _KIND[filename]
+
+
+def _called_by_learner(frame) -> bool:
+    """Is ``frame`` (the function called) called from the learner's code, directly or through torch
+    (``module(x)`` runs ``forward`` from torch's ``Module.__call__``)?"""
+    caller = frame.f_back
+    while caller is not None and caller.f_code.co_filename.startswith(_TORCH):
+        caller = caller.f_back
+    return caller is not None and _learner_file(caller.f_code.co_filename)
+
+
+def _learners_subclass(frame) -> bool:
+    """A method of the course's class, run on an object of a class the learner derived from it."""
+    if not frame.f_code.co_varnames or frame.f_code.co_varnames[0] != "self":
+        return False
+    cls = type(frame.f_locals.get("self"))
+    module = sys.modules.get(cls.__module__)
+    return module is not None and _learner_file(getattr(module, "__file__", None) or "<learner>")
+
+
+def _code_objects(obj, name: str, into: dict) -> None:
+    if isinstance(obj, type):
+        for attr, value in vars(obj).items():
+            if attr == "__init__":  # building the object is not the task (a learner's subclass may use it)
+                continue
+            if callable(value) and hasattr(value, "__code__") or isinstance(value, (staticmethod, classmethod, property)):
+                _code_objects(getattr(value, "__func__", getattr(value, "fget", value)), f"{name}.{attr}", into)
+        return
+    if isinstance(obj, property):
+        obj = obj.fget
+    code = getattr(obj, "__code__", None)
+    if code is None:
+        return
+    stack = [code]
+    while stack:  # the function and the functions it defines (a mutant factory's inner function)
+        current = stack.pop()
+        into.setdefault(current, name)
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_code"))
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:n]))
+        except ImportError:
+            continue
+        for part in parts[n:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ImportError(dotted)
+
+
+_ANSWER_KEY: dict = {}  # code object -> name: every function of attnlab.exercises (the grader's answers)
+
+
+def course_copy_codes(task: Task) -> dict:
+    """``{code object: dotted name}`` of the course's functions the learner may not call in ``task``."""
+    from .. import exercises
+
+    if not _ANSWER_KEY:
+        import importlib
+
+        for chapter in exercises.CHAPTERS:
+            module = importlib.import_module(f"{exercises.__name__}.{chapter}")
+            for other in module.TASKS:  # the references, and the mutants and alternatives beside them
+                for fn in [other.reference, *other.mutants.values(), *other.alternatives]:
+                    name = getattr(fn, "__name__", "")
+                    _code_objects(fn, f"{module.__name__}.{name}" if name.isidentifier() else module.__name__,
+                                  _ANSWER_KEY)
+    codes = dict(_ANSWER_KEY)
+    for dotted in task.course_copies:
+        _code_objects(_resolve(dotted), dotted, codes)
+    return codes
+
+
+def _names_used(fn, seen=None) -> list:
+    """The global values the learner's function (its nested functions, a class's methods) names."""
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
+    if isinstance(fn, type):
+        return [v for value in vars(fn).values() for v in _names_used(getattr(value, "__func__", value), seen)
+                if callable(value) or isinstance(value, (staticmethod, classmethod))]
+    code, env = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is None:
+        return [fn]
+    names, stack = set(), [code]
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_code"))
+    values = [env[n] for n in names if n in env]
+    values += [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ()) if _cell_filled(cell)]
+    return values
+
+
+def _may_call_course(fn, task: Task) -> bool:
+    """Watch for calls of the course's copies only where the learner's code can reach them: it names
+    something of attnlab, or the task hands over the course's objects whose methods are copies
+    (a block, a model). Elsewhere the profile hook would only cost time."""
+    if any(name.split(".")[-2][:1].isupper() for name in task.course_copies):
+        return True
+    try:
+        for value in _names_used(fn):
+            module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
+            if not isinstance(module, str):
+                module = getattr(type(value), "__module__", "")
+            if module.startswith("attnlab") or isinstance(value, type) and any(
+                    base.__module__.startswith("attnlab") for base in value.__mro__):
+                return True
+        return False
+    except Exception:  # noqa: BLE001 - an object we cannot read: watch it
+        return True
+
+
+_SEEDERS = (("torch", "manual_seed"), ("torch", "seed"), ("torch", "set_rng_state"), ("torch.random", "manual_seed"),
+            ("torch.random", "seed"), ("torch.random", "set_rng_state"), ("torch.cuda", "manual_seed"),
+            ("torch.cuda", "manual_seed_all"))
+
+
+class _Guard:
+    """Around one learner's call: torch's namespaces, the default dtype and the global RNG as they
+    were (what changed is named and put back), and calls of the course's copy of the task."""
+
+    def __init__(self, codes: dict, found: list[Problem]):
+        self.codes, self.found = codes, found
+
+    def _add(self, problem: Problem) -> None:
+        if all(p.key != problem.key for p in self.found):
+            self.found.append(problem)
+
+    def _seeder(self, module, name, original):
+        def seeder(*args, **kwargs):
+            if _called_by_learner(sys._getframe()):
+                self._add(Problem("grader.reseeds_rng", {"name": f"{module.__name__}.{name}"}))
+            return original(*args, **kwargs)
+
+        return seeder
+
+    def __call__(self, call):
+        import importlib
+
+        seeders = []
+        for module_name, name in _SEEDERS:
+            module = importlib.import_module(module_name)
+            original = getattr(module, name, None)
+            if original is not None:
+                seeders.append((module, name, original))
+                setattr(module, name, self._seeder(module, name, original))
+        before, dtype = torch_attributes(), torch.get_default_dtype()
+        codes = self.codes
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code in codes and (_called_by_learner(frame) or _learners_subclass(frame)):
+                self._add(Problem("grader.course_copy", {"name": codes[frame.f_code]}))
+
+        def profiled():
+            old = sys.getprofile()
+            sys.setprofile(profile)
+            try:
+                return call()
+            finally:
+                sys.setprofile(old)
+
+        try:
+            return profiled()
+        finally:
+            patched = patched_names(before)
+            if patched:
+                self._add(Problem("grader.patched_torch", {"name": patched[0]}))
+                restore_torch(before)
+            if torch.get_default_dtype() != dtype:
+                self._add(Problem("grader.changed_default_dtype", {"dtype": str(torch.get_default_dtype())}))
+                torch.set_default_dtype(dtype)
+            for module, name, original in seeders:
+                setattr(module, name, original)
 
 
 class _ForbiddenApis(TorchFunctionMode):
@@ -113,6 +321,7 @@ class Grader:
     def __init__(self, task: Task, fn: Callable, time_limit: float):
         self.task, self.fn, self.time_limit = task, fn, time_limit
         self.probe_meta = task.device_probe  # off once the reference cannot run on meta
+        self.codes = course_copy_codes(task) if _may_call_course(fn, task) else {}
 
     def call(self, case: Case, seed: int | None = None, watch: Watch | None = None,
              args: tuple | None = None, kwargs: dict | None = None) -> Any:
@@ -120,12 +329,20 @@ class Grader:
         task = self.task
         found: list[str] = []
         mode = _ForbiddenApis(task.forbidden, found) if task.forbidden else None
-        around = lambda call: call_with_time_limit(call, self.time_limit)  # noqa: E731
-        if mode is not None:
-            with mode:  # entered and left outside the time limit: the mode stack stays sound
-                got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around)
-        else:
-            got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around)
+        side: list[Problem] = []
+        guard = _Guard(self.codes, side)
+        around = lambda call: call_with_time_limit(lambda: guard(call), self.time_limit)  # noqa: E731
+        with noting() as noted:
+            try:
+                if mode is not None:
+                    with mode:  # entered and left outside the time limit: the mode stack stays sound
+                        got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around, learner=True)
+                else:
+                    got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around, learner=True)
+            finally:
+                if watch is not None:
+                    for problem in [*side, *noted]:
+                        watch.add(problem)
         if watch is not None:
             before = case.args if args is None else args
             if not task.inputs_may_change:
@@ -136,6 +353,8 @@ class Grader:
         return got
 
     def failed_call(self, error: BaseException) -> Problem:
+        if isinstance(error, Refusal):
+            return error.problem
         if isinstance(error, TimeLimitExceeded):
             return Problem("grader.timeout", {"seconds": _value(float(self.time_limit))})
         if isinstance(error, NotImplementedError):
@@ -248,12 +467,47 @@ class Grader:
             raise
         except BaseException as error:  # noqa: BLE001
             if isinstance(error, RuntimeError) and any(text in str(error) for text in DEVICE_MIX):
+                if _keeps_tensors(self.fn):  # made in an earlier call, on that call's device
+                    return Problem("grader.memoized_device")
                 return Problem("grader.device_mix")
             return None  # meta cannot run it (values read): not held against the learner
         for tensor in _tensors(got):
             if tensor.device.type != PROBE_DEVICE:
                 return Problem("grader.device_mix_output", {"got": str(tensor.device)})
         return None
+
+    # --- a second call with the same shapes and new values
+    def repeat_problem(self, i: int, case: Case, got: Any, expected: Any) -> Problem | None:
+        """Case ``i`` drawn again with the case generator seeded otherwise (same sizes, new values):
+        an answer that keeps its first result for a shape, or any state between calls, shows."""
+        task = self.task
+        key = (task.id, i, "~twin")
+        if key not in _OUTPUTS:
+            twins = _twin_cases(task)
+            twin = twins[i] if i < len(twins) else None
+            if twin is None or twin.judge is not None or same_output(list(twin.args), list(case.args)):
+                _OUTPUTS[key] = (False, None)
+            else:
+                try:
+                    _OUTPUTS[key] = (True, (twin, task.run(task.reference, twin)))
+                except Exception:  # noqa: BLE001
+                    _OUTPUTS[key] = (False, None)
+        ok, value = _OUTPUTS[key]
+        if not ok:
+            return None
+        twin, reference = value
+        try:
+            again = self.call(twin)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001
+            return Problem("grader.repeat_call", detail=self.failed_call(error))
+        problem = task.difference(reference, again)
+        if problem is None:
+            return None
+        if same_output(again, got) and not same_output(reference, expected):
+            return Problem("grader.memoized", detail=problem)
+        return Problem("grader.repeat_call", detail=problem)
 
     # --- all cases
     def grade(self) -> Result:
@@ -334,6 +588,14 @@ class Grader:
                         and same_output(outputs[i], outputs[j]) and not same_output(expected[i], expected[j])):
                     problems[i] = Problem("grader.hardcoded", {"other": j + 1}, detail=problem)
                     break
+        # One call again with new values of the same shapes, on the first right case with tensors.
+        if task.repeat:
+            for i, case in enumerate(cases):
+                if problems[i] is None and called[i] and case.judge is None and _tensors(case.args):
+                    repeat = self.repeat_problem(i, case, outputs[i], expected[i])
+                    if repeat is not None:
+                        problems[i] = repeat
+                    break
         # The device probe, on every case with tensors whose call returned.
         for i, case in enumerate(cases):
             if called[i] and self.probe_meta:
@@ -341,6 +603,11 @@ class Grader:
                 if device is not None:
                     extras[i].append(device)
         for i, more in enumerate(extras):
+            own = [p for p in more if p.key.startswith(f"grader.{task.id}.")]
+            if own and problems[i] is not None and cases[i].judge is not None:  # the task's own name comes first
+                more = [p for p in more if p is not own[0]] + [problems[i]]
+                problems[i] = None
+                more = [own[0], *more]
             if more:
                 if problems[i] is None:
                     problems[i] = Problem(more[0].key, more[0].params, more[0].detail, more[1:])
@@ -348,6 +615,49 @@ class Grader:
                     problems[i].also.extend(more)
         failures = [Failure(n + 1, case.label, p) for n, (case, p) in enumerate(zip(cases, problems)) if p is not None]
         return Result(task.id, len(cases) - len(failures), len(cases), failures)
+
+
+_TWINS: dict[str, list[Case]] = {}
+
+
+def _twin_cases(task: Task) -> list[Case]:
+    if task.id not in _TWINS:
+        try:
+            _TWINS[task.id] = task.make_cases(seed=task.seed + 7919)
+        except Exception:  # noqa: BLE001
+            _TWINS[task.id] = []
+    return _TWINS[task.id]
+
+
+def _keeps_tensors(fn: Any) -> bool:
+    """Does the learner's function keep tensors between calls: an lru_cache, or a dict or list of
+    tensors in a default argument, a closure or a global it names?"""
+    def holds(value: Any) -> bool:
+        if hasattr(value, "cache_info") and callable(value):
+            return True
+        if isinstance(value, dict):
+            return any(isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and _tensors(v))
+                       for v in value.values())
+        return isinstance(value, list) and bool(_tensors(value))
+
+    fn = getattr(fn, "__wrapped__", fn)
+    if holds(fn):
+        return True
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    values = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    values += [cell.cell_contents for cell in (fn.__closure__ or ()) if _cell_filled(cell)]
+    values += [fn.__globals__[name] for name in code.co_names if name in fn.__globals__]
+    return any(holds(v) for v in values)
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
 
 
 def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT) -> Result:
@@ -361,4 +671,7 @@ def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT) -> Resu
     task = tasks[task_id]
     if not callable(fn):
         return Result(task_id, 0, len(task.make_cases()), problem=Problem("grader.not_callable", {"got": _type_name(fn)}))
-    return Grader(task, fn, time_limit).grade()
+    from .model import default_dtype
+
+    with default_dtype():  # the cases and references in float32, whatever a notebook cell set
+        return Grader(task, fn, time_limit).grade()

@@ -48,19 +48,29 @@ class Task:
     inputs_may_change: bool = False  # False: editing an input tensor in place costs the point
     device_probe: bool = True  # also run one case on the meta device (a CPU tensor mixed in shows)
     input_names: tuple[str, ...] = ()  # names of the case's arguments in messages (default: the reference's)
+    course_copies: tuple[str, ...] = ()
+    """Dotted names of the course's own functions that do what the task asks ("attnlab.multihead.split_heads"):
+    a call of one of them from the learner's code costs the case its point (``grader.course_copy``). The
+    grader's own references (``attnlab.exercises``) are refused in every task."""
+    repeat: bool = True  # call once more on a case with the same shapes and new values (a result kept between calls shows)
 
     def run(self, fn: Callable, case: Case, seed: int | None = None) -> Any:
         return self.run_with_inputs(fn, case, seed)[0]
 
     def run_with_inputs(self, fn: Callable, case: Case, seed: int | None = None,
                         args: tuple | None = None, kwargs: dict | None = None,
-                        around: Callable[[Callable[[], Any]], Any] | None = None) -> tuple[Any, tuple, dict]:
+                        around: Callable[[Callable[[], Any]], Any] | None = None,
+                        learner: bool = False) -> tuple[Any, tuple, dict]:
         """``(output, args, kwargs)``: the arguments as the function left them (fresh copies of the
         case's, or of ``args``/``kwargs``); ``around(call)`` wraps the call (the time limit)."""
         args = clone(case.args if args is None else args)
         kwargs = clone(case.kwargs if kwargs is None else kwargs)
         caller = self.call or (lambda f, *a, **k: f(*a, **k))
-        with rng_forked(), torch.no_grad(), warnings.catch_warnings():
+        # The learner's code runs with gradients on, as in a notebook cell (an answer may use autograd);
+        # the reference and the mutants without (``learner=False``), on the torch the course imported.
+        grad = torch.enable_grad() if learner else torch.no_grad()
+        pristine = contextlib.nullcontext() if learner else pristine_torch()
+        with rng_forked(), grad, pristine, default_dtype(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(case.seed if seed is None else seed)
             call = lambda: caller(fn, *args, **kwargs)  # noqa: E731
@@ -73,9 +83,117 @@ class Task:
             return self.compare(expected, got)
         return compare_outputs(expected, got, atol=self.atol, rtol=self.rtol)
 
-    def make_cases(self) -> list[Case]:
-        generator = torch.Generator().manual_seed(self.seed)
-        return self.cases(generator)
+    def make_cases(self, seed: int | None = None) -> list[Case]:
+        """The cases; with another ``seed``, cases of the same sizes and new values."""
+        generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
+        with pristine_torch(), default_dtype(), torch.random.fork_rng(devices=[]):
+            return self.cases(generator)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype = torch.float32):
+    """Grade under torch's usual default dtype, whatever a notebook cell set (and restore it)."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _namespaces() -> dict[str, Any]:
+    import torch.nn.functional as F
+
+    return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+            "torch.linalg": torch.linalg, "torch.special": torch.special}
+
+
+def torch_attributes() -> dict[str, dict]:
+    """What torch's namespaces hold now (the names a learner could patch)."""
+    return {name: dict(vars(space)) for name, space in _namespaces().items()}
+
+
+PRISTINE = torch_attributes()  # as the course imported torch: references run on these
+
+
+def _differences(before: dict[str, dict]):
+    """``(namespace name, space, attribute)`` for every torch attribute not as in ``before``."""
+    for name, space in _namespaces().items():
+        now, then = vars(space), before[name]
+        if len(now) == len(then) and all(now.get(k, _MISSING) is v for k, v in then.items()):
+            continue
+        for attr, old in then.items():  # replaced or deleted (a name torch adds lazily is not a patch)
+            if ((not attr.startswith("_") or attr in _OPERATORS) and attr not in _SET_BY_TORCH
+                    and now.get(attr, _MISSING) is not old):
+                yield name, space, attr
+        if isinstance(space, type):  # a new attribute of a class that hides an inherited one (Tensor.softmax)
+            for attr in set(now) - set(then):
+                if any(attr in vars(base) for base in space.__mro__[1:]):
+                    yield name, space, attr
+
+
+_MISSING = object()
+_SET_BY_TORCH = {"Storage"}  # torch.set_default_dtype rebinds torch.Storage: not a learner's patch
+_OPERATORS = {"__call__", "__matmul__", "__add__", "__sub__", "__mul__", "__truediv__", "__getitem__", "__setitem__"}
+
+
+def patched_names(before: dict[str, dict]) -> list[str]:
+    """Names of torch attributes that differ from ``before`` (``torch.softmax``, ``torch.Tensor.exp``)."""
+    return sorted(f"{name}.{attr}" for name, _, attr in _differences(before))
+
+
+def restore_torch(before: dict[str, dict]) -> None:
+    """Put torch's namespaces back as in ``before``."""
+    for name, space, attr in list(_differences(before)):
+        try:
+            if attr in before[name]:
+                setattr(space, attr, before[name][attr])
+            else:
+                delattr(space, attr)
+        except (AttributeError, TypeError):
+            pass
+
+
+@contextlib.contextmanager
+def pristine_torch():
+    """Run on torch as the course imported it: a function a notebook cell patched is put back for the
+    duration (the references cannot be reached by a learner's patch), and the patch restored after."""
+    if not patched_names(PRISTINE):
+        yield
+        return
+    now = torch_attributes()
+    restore_torch(PRISTINE)
+    try:
+        yield
+    finally:
+        restore_torch(now)
+
+
+class Refusal(Exception):
+    """Raised by a task's ``call`` to refuse an answer with a named problem (not an error of the learner's code)."""
+
+    def __init__(self, problem: "Problem"):
+        super().__init__(problem.key)
+        self.problem = problem
+
+
+_NOTES: list[list] = []  # the problems noted by a task's call during the learner's call (innermost last)
+
+
+def note(problem: "Problem") -> None:
+    """From a task's ``call``: a mistake seen besides the output (a model left in training mode)."""
+    if _NOTES and all(p.key != problem.key for p in _NOTES[-1]):
+        _NOTES[-1].append(problem)
+
+
+@contextlib.contextmanager
+def noting():
+    found: list = []
+    _NOTES.append(found)
+    try:
+        yield found
+    finally:
+        _NOTES.remove(found)
 
 
 @contextlib.contextmanager
@@ -191,3 +309,26 @@ def task_title(task_id: str, lang: str | None = None) -> str:
 
     key = f"grader.task.{task_id}"
     return tr(key, lang=lang) if key in catalog() else task_id
+
+
+@contextlib.contextmanager
+def watched_models(*models):
+    """Around the learner's use of the models a task hands over: a module switched from eval to
+    training mode (``grader.left_in_training``) or a weight changed (``grader.changed_weights``) is
+    noted. A model handed over in training mode may come back in eval mode (that is what a test does)."""
+    modes = [[m.training for m in model.modules()] for model in models]
+    states = [{k: v.detach().clone() for k, v in model.state_dict().items()} for model in models]
+    try:
+        yield
+    finally:
+        for model, before, state in zip(models, modes, states):
+            if any(m.training and not was for m, was in zip(model.modules(), before)):
+                note(Problem("grader.left_in_training"))
+            now = model.state_dict()
+            for name, value in state.items():
+                current = now.get(name)
+                if value.is_meta or (current is not None and current.is_meta):
+                    continue
+                if current is None or current.shape != value.shape or not torch.equal(current.detach(), value):
+                    note(Problem("grader.changed_weights", {"name": name}))
+                    break
