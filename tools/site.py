@@ -203,7 +203,7 @@ def site_cjk_characters(lang: str) -> str:
 
 def write_web_fonts(languages: list[str]) -> None:
     """Each site's CJK web font: exactly the characters its pages show (see tools/web/attnlab.css)."""
-    from tools.make_font import MissingGlyphs, make_web_font
+    from tools.web_font import MissingGlyphs, make_web_font  # fontTools only: no attnlab, torch or numpy
 
     for lang in languages:
         chars = site_cjk_characters(lang)
