@@ -33,6 +33,10 @@ $(STAMP): $(SITE_STAMP) requirements/lock.txt pyproject.toml tools/torch_index.p
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+$(PDF_STAMP): $(SITE_STAMP) requirements/lock.txt
+	$(BIN)/python -m pip install --quiet -c requirements/lock.txt playwright
+	touch $@
+
 site-venv: $(SITE_STAMP)       ## only what the site needs (make book)
 
 venv: $(STAMP)                 ## the project's virtual environment
@@ -45,11 +49,17 @@ serve: $(SITE_STAMP)           ## serve the built site on 127.0.0.1
 
 book: site serve               ## command 1: build, then serve on http://127.0.0.1:$(PORT)/
 
-browser:                       ## Debian's chromium (unless ATTNLAB_CHROMIUM names another browser), fc-list, a system CJK font
+browser:                       ## Debian's chromium (unless ATTNLAB_CHROMIUM names another browser), fc-list, a system CJK font, poppler-utils
 	@test -n "$$ATTNLAB_CHROMIUM" || test -x /usr/bin/chromium || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 	@command -v fc-list >/dev/null && test -d /usr/share/fonts/opentype/noto || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fontconfig fonts-noto-cjk >/dev/null; }
+	@command -v pdffonts >/dev/null && command -v pdftotext >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq poppler-utils >/dev/null; }
+
+pdf: $(PDF_STAMP) browser      ## the course as one PDF per language in _build/pdf/ (Chromium prints the built site)
+	$(BIN)/python -m tools.pdf build
+	$(BIN)/python -m tools.pdf check
 
 test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
