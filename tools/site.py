@@ -214,11 +214,33 @@ def write_web_fonts(languages: list[str]) -> None:
         print(f"{lang}/{WEB_FONT.as_posix()}: {written['characters']} characters, {written['bytes'] / 1024:.1f} KiB")
 
 
+FONT_AWESOME_JS = re.compile(r'[ \t]*<script src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>\n?')
+
+
+def drop_font_awesome_js(lang: str) -> int:
+    """The theme's Font Awesome script (1.5 MB) turns its icons into SVG; the theme's stylesheet
+    draws the same icons from Font Awesome's web fonts, which the pages load anyway. Returns the
+    number of pages changed."""
+    site = HTML / lang
+    changed = 0
+    for path in site.rglob("*.html"):
+        text = path.read_text("utf-8")
+        new = FONT_AWESOME_JS.sub("", text)
+        if new != text:
+            path.write_text(new, "utf-8")
+            changed += 1
+    (site / "_static" / "scripts" / "fontawesome.js").unlink(missing_ok=True)
+    for extra in (site / "_static" / "scripts").glob("fontawesome.js.*"):
+        extra.unlink()
+    return changed
+
+
 def build(languages: list[str]) -> None:
     copy_assets()
     HTML.mkdir(parents=True, exist_ok=True)
     for lang in languages:
         build_language(lang)
+        drop_font_awesome_js(lang)
     write_root_page()
     write_web_fonts(languages)
     print(f"\nThe site is in {HTML}/ (open {HTML / 'index.html'})")
