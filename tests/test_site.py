@@ -730,7 +730,7 @@ def test_the_pdf_source_holds_every_page_in_order_with_its_widgets(html_root):
 # --------------------------------------------------------------------------
 # Accessibility: axe-core (web/package.json) injected into the built pages.
 
-AXE = pathlib.Path(site.NODE_MODULES) / "axe-core" / "axe.min.js"
+AXE = site.NODE_MODULES / "axe-core" / "axe.min.js"
 # Known, from the chapter sources (chapters/src/09-*.md): a dropdown whose title holds a link
 # (nested-interactive; the link's colour on the dropdown's header then fails color-contrast).
 # Open: the dropdown's title needs to lose its link. Nothing else may fail.
@@ -738,8 +738,8 @@ AXE_KNOWN = {("nested-interactive", "09-ring-attention.html"), ("color-contrast"
 
 
 def test_no_page_has_a_critical_or_serious_accessibility_violation(html_root, server, browser):
+    assert AXE.exists(), "axe-core missing: tools/site.py installs web/package-lock.json"
     axe = AXE.read_text("utf-8")
-    assert AXE.exists()
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
     rels = [rel for rel in all_pages(html_root) if "/chapters/" in rel or "/exercises/" in rel or "/solutions/" in rel]
     widgets = {f"{server}/{rel}" for rel in rels if "widget-state" in (html_root / rel).read_text("utf-8")}
