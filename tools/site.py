@@ -55,7 +55,9 @@ def npm_install() -> None:
     if installed.exists():
         wanted = json.loads((ROOT / "web" / "package-lock.json").read_text("utf-8"))["packages"]
         have = json.loads(installed.read_text("utf-8"))["packages"]
-        if {k: v.get("version") for k, v in wanted.items() if k} == {k: v.get("version") for k, v in have.items()}:
+        # npm may update the hidden lock without installing (npm install --package-lock-only): look at the folders too
+        if {k: v.get("version") for k, v in wanted.items() if k} == {k: v.get("version") for k, v in have.items()} \
+                and all((ROOT / "web" / k).is_dir() for k in wanted if k):
             return
     npm = shutil.which("npm", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("npm")
     if npm is None:
