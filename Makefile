@@ -1,42 +1,65 @@
 # The two commands of the README:
 #   make book   build the course site in English, German and Chinese and serve it
 #   make test   run the whole test suite (what CI runs through .ci/run)
-# Both create .venv from the pinned requirements/lock.txt first.
+# make book installs only the site's packages (requirements/site.txt: no torch);
+# make test, lab, notebooks and bench add the rest of requirements/lock.txt, with
+# torch's CPU build unless there is an NVIDIA GPU (tools/torch_index.py;
+# ATTNLAB_TORCH=cpu|cuda|pip overrides).
 # And for learners: make lab   opens the course in JupyterLab (LAB_LANG=de or zh).
+# Another Python: make book PYTHON=python3.13 VENV=.venv-3.13
 
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 BIN    := $(VENV)/bin
+SITE_STAMP := $(VENV)/.site-installed
 STAMP  := $(VENV)/.installed
+PDF_STAMP := $(VENV)/.pdf-installed
 PORT   ?= 8000
 LAB_LANG ?= en
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book site serve test venv notebooks font browser lab bench audit-page clean
+.PHONY: book site serve test venv site-venv notebooks font browser lab bench pdf audit-page clean
 
-$(STAMP): requirements/lock.txt pyproject.toml
+$(SITE_STAMP): requirements/site.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -r requirements/site.txt
+	touch $@
+
+$(STAMP): $(SITE_STAMP) requirements/lock.txt pyproject.toml tools/torch_index.py
+	$(BIN)/python -m pip install --quiet $$($(BIN)/python tools/torch_index.py)
 	$(BIN)/python -m pip install --quiet -r requirements/lock.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+$(PDF_STAMP): $(SITE_STAMP) requirements/lock.txt
+	$(BIN)/python -m pip install --quiet -c requirements/lock.txt playwright
+	touch $@
+
+site-venv: $(SITE_STAMP)       ## only what the site needs (make book)
+
 venv: $(STAMP)                 ## the project's virtual environment
 
-site: $(STAMP)                 ## build _build/html/{en,de,zh}/ (warnings are errors)
+site: $(SITE_STAMP)            ## build _build/html/{en,de,zh}/ (warnings are errors)
 	$(BIN)/python -m tools.site build
 
-serve: $(STAMP)                ## serve the built site on 127.0.0.1
+serve: $(SITE_STAMP)           ## serve the built site on 127.0.0.1
 	$(BIN)/python -m tools.site serve --port $(PORT)
 
 book: site serve               ## command 1: build, then serve on http://127.0.0.1:$(PORT)/
 
-browser:                       ## Debian's chromium (unless ATTNLAB_CHROMIUM names another browser), fc-list, a system CJK font
+browser:                       ## Debian's chromium (unless ATTNLAB_CHROMIUM names another browser), fc-list, a system CJK font, poppler-utils
 	@test -n "$$ATTNLAB_CHROMIUM" || test -x /usr/bin/chromium || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 	@command -v fc-list >/dev/null && test -d /usr/share/fonts/opentype/noto || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fontconfig fonts-noto-cjk >/dev/null; }
+	@command -v pdffonts >/dev/null && command -v pdftotext >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq poppler-utils >/dev/null; }
+
+pdf: $(PDF_STAMP) browser      ## the course as one PDF per language in _build/pdf/ (Chromium prints the built site)
+	$(BIN)/python -m tools.pdf build
+	$(BIN)/python -m tools.pdf check
 
 test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \

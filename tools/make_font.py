@@ -12,9 +12,9 @@ character is missing from the font.
 
     python tools/make_font.py
 
-The site's CJK web font is cut from this subset by ``make_web_font`` (called
-by tools/site.py, no Debian font needed): a WOFF2 with exactly the CJK
-characters of the built pages.
+The site's CJK web font is cut from this subset by ``tools.web_font.make_web_font``
+(called by tools/site.py, no Debian font needed, fontTools only): a WOFF2 with
+exactly the CJK characters of the built pages.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import pathlib
 import re
 import sys
 
-from fontTools import subset
 from fontTools.ttLib import TTCollection
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from attnlab.fonts import CJK_FAMILY, FONT_FILE, SOURCE_FAMILY  # noqa: E402
+from tools.web_font import MissingGlyphs, make_web_font, subset_font  # noqa: E402,F401  (shared with the site build)
 from attnlab.i18n import catalog  # noqa: E402
 
 SOURCE = pathlib.Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
@@ -72,47 +72,6 @@ def needed_characters() -> str:
     """Course characters, common characters and punctuation, sorted."""
     chars = {ch for ch in course_text() if ord(ch) > 0x7F} | common_characters() | set(PUNCTUATION)
     return "".join(sorted(chars))
-
-
-def subset_font(font, chars: str, flavor: str | None = None):
-    """Keep only ``chars`` in ``font`` (in place); ``flavor="woff2"`` for the web. Same input, same bytes."""
-    options = subset.Options()
-    options.name_IDs = ["*"]
-    options.layout_features = ["*"]
-    options.hinting = False
-    options.desubroutinize = False
-    subsetter = subset.Subsetter(options)
-    subsetter.populate(text=chars)
-    subsetter.subset(font)
-    font.recalcTimestamp = False  # keep the source timestamp: same input, same bytes
-    font.flavor = flavor
-    return font
-
-
-class MissingGlyphs(RuntimeError):
-    """Characters the package's font subset lacks (run ``make font``)."""
-
-
-def make_web_font(chars: str, out: pathlib.Path) -> dict:
-    """Write a WOFF2 holding ``chars``, cut from the package's subset (attnlab/fonts/).
-
-    Raises MissingGlyphs when the subset lacks one of them. Returns what was written
-    (characters, bytes) for the build log.
-    """
-    from fontTools.ttLib import TTFont
-
-    from attnlab.fonts import font_path
-
-    font = TTFont(font_path())
-    cmap = font.getBestCmap()
-    missing = sorted({ch for ch in chars if ord(ch) not in cmap})
-    if missing:
-        raise MissingGlyphs(f"{''.join(missing)} ({', '.join(f'U+{ord(ch):04X}' for ch in missing)}) not in "
-                            f"attnlab/fonts/{FONT_FILE}: run `make font` (needs Debian's fonts-noto-cjk)")
-    subset_font(font, chars, flavor="woff2")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    font.save(str(out))
-    return {"characters": len(set(chars)), "bytes": out.stat().st_size}
 
 
 def rename_family(font, family: str) -> None:

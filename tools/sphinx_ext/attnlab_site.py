@@ -4,6 +4,8 @@
   languages (the three sites lie side by side: _build/html/{en,de,zh}/);
 * a MathJax 2 stand-in for the widgets library, which calls
   ``MathJax.Hub.Queue`` while the book loads MathJax 3;
+* alt text for widget frames (tools/web/widget-alt.js) and an accessible name
+  for the theme's search button that holds its visible words;
 * drops script tags that Sphinx 7.4 adds twice (the Thebe inline script:
   "THEBE_JS_URL already declared" in the browser console).
 """
@@ -54,5 +56,6 @@ def setup(app):
     app.add_config_value("attnlab_language", "en", "html")
     app.connect("html-page-context", on_page_context, priority=900)
     app.add_js_file("assets/mathjax2-shim.js", priority=1)
+    app.add_js_file("assets/widget-alt.js")  # alt text of every widget frame
     app.add_css_file("assets/attnlab.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
