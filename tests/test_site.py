@@ -741,8 +741,13 @@ def test_no_page_has_a_critical_or_serious_accessibility_violation(html_root, se
     assert AXE.exists(), "axe-core missing: tools/site.py installs web/package-lock.json"
     axe = AXE.read_text("utf-8")
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
-    rels = [rel for rel in all_pages(html_root) if "/chapters/" in rel or "/exercises/" in rel or "/solutions/" in rel]
-    widgets = {f"{server}/{rel}" for rel in rels if "widget-state" in (html_root / rel).read_text("utf-8")}
+    content = [rel for rel in all_pages(html_root) if "/chapters/" in rel or "/exercises/" in rel or "/solutions/" in rel]
+    has_widgets = {rel for rel in content if "widget-state" in (html_root / rel).read_text("utf-8")}
+    # Every English page, and the German and Chinese pages with explorers (their alt texts are in the
+    # reader's language): the three sites share template and markup, so the other de/zh pages would
+    # repeat the English findings at about half of this test's time (391 s for all 69 pages, loaded).
+    rels = [rel for rel in content if rel.startswith("en/") or rel in has_widgets]
+    widgets = {f"{server}/{rel}" for rel in has_widgets}
 
     def ready(visit):
         if visit.page.url in widgets:
@@ -760,7 +765,7 @@ def test_no_page_has_a_critical_or_serious_accessibility_violation(html_root, se
             alts[rel] = visit.page.eval_on_selector_all("img.widget-image", "els => els.map(e => e.alt)")
     finally:
         context.close()
-    assert len(alts) >= 3 * 23
+    assert sum(rel.startswith("en/") for rel in alts) >= 23 and {rel[:3] for rel in alts} == {"en/", "de/", "zh/"}
     assert found == {}, found
     # every explorer frame is described in the reader's language: its caption and its controls' values
     for rel, texts in alts.items():
