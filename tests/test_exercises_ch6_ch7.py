@@ -4,6 +4,7 @@ fails), the worked example's numbers.
 """
 
 import torch
+from learner_copies import learner_copy
 
 from attnlab import grader, i18n
 from attnlab.exercises import all_tasks, ch6, ch7
@@ -47,7 +48,7 @@ def test_the_worked_example_of_the_memory_task():
 
 def test_bert_rule_ignoring_the_generator_is_not_random():
     def fixed(ids, mask_id, vocab_size, generator):
-        return ch7.bert_corrupt(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(0))
+        return learner_copy(ch7.bert_corrupt)(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(0))
 
     result = grader.grade("ch7.bert_corrupt", fixed)
     assert result.points == 2 and keys(result) == {"grader.mlm.not_random"}  # the three large cases
@@ -55,13 +56,13 @@ def test_bert_rule_ignoring_the_generator_is_not_random():
 
 def test_bert_rule_tokens_outside_the_vocabulary_float_labels_and_wrong_shares_are_named():
     def outside(ids, mask_id, vocab_size, generator):
-        inputs, labels = ch7.bert_corrupt(ids, mask_id, vocab_size, generator)
+        inputs, labels = learner_copy(ch7.bert_corrupt)(ids, mask_id, vocab_size, generator)
         return inputs.masked_fill((labels != -100) & (inputs != mask_id) & (inputs != ids), vocab_size), labels
 
     assert "grader.mlm.outside_vocabulary" in keys(grader.grade("ch7.bert_corrupt", outside))
 
     def float_labels(ids, mask_id, vocab_size, generator):
-        inputs, labels = ch7.bert_corrupt(ids, mask_id, vocab_size, generator)
+        inputs, labels = learner_copy(ch7.bert_corrupt)(ids, mask_id, vocab_size, generator)
         return inputs, labels.float()
 
     result = grader.grade("ch7.bert_corrupt", float_labels)

@@ -6,6 +6,9 @@ loses points with its own message in every language, a stub scores zero, a fixed
 
 import pytest
 import torch
+
+from attnlab.mask_builder import build_mask
+from learner_copies import learner_copy
 import torch.distributed as dist
 import torch.nn.functional as F
 
@@ -42,7 +45,7 @@ def test_the_mask_references_equal_the_chapters_mask_builder():
         expected = batch_mask(and_masks(mask_mod("causal"), padding_mod(keep)), *keep.shape, device=keep.device)
         assert torch.equal(ch8.padded_causal_mask(keep), expected)
     for T, W in [(12, 3), (5, 5), (4, 1)]:
-        assert torch.equal(ch8.sliding_window_mask(T, W), ch8.build_mask("sliding_window", T, window=W))
+        assert torch.equal(ch8.sliding_window_mask(T, W), build_mask("sliding_window", T, window=W))
 
 
 def test_gqa_reference_equals_sdpa_enable_gqa_and_mha_when_every_head_has_its_own_kv():
@@ -118,16 +121,16 @@ def test_the_worked_example_of_the_fold():
 
 
 def test_a_list_of_lists_is_accepted_where_a_tensor_is_asked_and_the_other_way_round():
-    assert grader.grade("ch9.shard_positions", lambda T, P, layout: ch9.shard_positions(T, P, layout).tolist()).passed
-    assert grader.grade("ch9.tiles_per_step", lambda *args: torch.tensor(ch9.tiles_per_step(*args))).passed
+    assert grader.grade("ch9.shard_positions", lambda T, P, layout: learner_copy(ch9.shard_positions)(T, P, layout).tolist()).passed
+    assert grader.grade("ch9.tiles_per_step", lambda *args: torch.tensor(learner_copy(ch9.tiles_per_step)(*args))).passed
 
 
 def test_any_integer_dtype_or_numpy_array_is_accepted_for_positions_and_tile_counts():
     np = pytest.importorskip("numpy")
-    assert grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).int()).passed
-    assert grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).numpy()).passed
-    assert grader.grade("ch9.tiles_per_step", lambda *args: np.array(ch9.tiles_per_step(*args))).passed
-    floats = grader.grade("ch9.shard_positions", lambda *args: ch9.shard_positions(*args).float())
+    assert grader.grade("ch9.shard_positions", lambda *args: learner_copy(ch9.shard_positions)(*args).int()).passed
+    assert grader.grade("ch9.shard_positions", lambda *args: learner_copy(ch9.shard_positions)(*args).numpy()).passed
+    assert grader.grade("ch9.tiles_per_step", lambda *args: np.array(learner_copy(ch9.tiles_per_step)(*args))).passed
+    floats = grader.grade("ch9.shard_positions", lambda *args: learner_copy(ch9.shard_positions)(*args).float())
     assert floats.points == 0 and keys(floats) == {"grader.dtype"}
 
 

@@ -18,6 +18,7 @@ import torch
 from attnlab import grader, i18n
 from attnlab.exercises import all_tasks, exercise_tasks
 from grader_answers import RIGHT, WRONG
+from learner_copies import learner_copy
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TASKS = all_tasks()
@@ -121,10 +122,14 @@ COINCIDENCES = {
     # ignoring atol marks rounding noise everywhere above the diagonal, as transposing does where every
     # output depends on every earlier input (and as training mode does on the dropout model)
     ("ch5.prefix_leaks", frozenset({"wrong_triangle", "no_triangle"})):
-        lambda case: case.args[0] in ("causal", "positions_from_end", "dropout"),
+        lambda case: case.args[0] in ("causal", "positions_from_end", "dropout", "whisper"),
     ("ch5.prefix_leaks", frozenset({"atol_ignored", "transposed"})):
         lambda case: case.args[0] in ("lookahead_conv", "positions_from_end", "dropout"),
     ("ch5.prefix_leaks", frozenset({"atol_ignored", "no_eval"})): lambda case: case.args[0] == "dropout",
+    # the whisper model's later tokens move no logit by more than atol: a map that keeps the diagonal and one
+    # that keeps the past triangle both see only the diagonal there
+    ("ch5.prefix_leaks", frozenset({"with_diagonal", "wrong_triangle"})): lambda case: case.args[0] == "whisper",
+    ("ch5.prefix_leaks", frozenset({"with_diagonal", "no_triangle"})): lambda case: case.args[0] == "whisper",
     # with B=2 the two ways of flattening logits and targets in different orders pair the same positions
     ("ch4.next_token_loss", frozenset({"misaligned_flatten", "misaligned_flatten_logits"})): lambda case: True,
     # in the balanced layouts the tiles fully in the past are as many as the skipped ones
@@ -362,7 +367,7 @@ def test_none_wrong_shape_dtype_device_and_nan_each_have_a_message():
         result = grader.grade("ch1.causal_mask", fn)
         assert result.points == 0 and key in keys(result), (key, result.text())
     nan = grader.grade("ch1.masked_softmax", lambda s, a: s.masked_fill(~a, float("nan")).softmax(dim=-1))
-    assert nan.points == 0 and keys(nan) == {"grader.nan"}
+    assert nan.points == 0 and "grader.nan" in keys(nan)  # on the case with huge scores: also max_over_blocked
     assert "NaN at [0, 0]" in nan.text()
 
 
@@ -424,7 +429,7 @@ def test_dropout_in_training_must_be_random_and_unbiased():
 
 def test_a_tuple_of_tensors_is_compared_value_by_value_and_names_the_one_that_differs():
     """ch6.decode_step returns (out, k_cache, v_cache); a list is as good as a tuple."""
-    reference = TASKS["ch6.decode_step"].reference
+    reference = learner_copy(TASKS["ch6.decode_step"].reference)  # as a learner wrote it (tests/learner_copies.py)
     assert grader.grade("ch6.decode_step", lambda *args: list(reference(*args))).passed
     two = grader.grade("ch6.decode_step", lambda *args: reference(*args)[:2])
     assert two.points == 0 and keys(two) == {"grader.length"}

@@ -6,6 +6,8 @@ One case per message (issue 22, point 6), each checked in English, German and Ch
 import pytest
 import torch
 
+import attnlab.inputs
+
 import attnlab
 from attnlab.batching import forward_with_mask
 from attnlab.gpt import KVCache
@@ -26,6 +28,14 @@ def run(allowed=ALLOWED, positions=POSITIONS, **options):
 
 
 CASES = [  # (key, exception, call, {lang: words})
+    ("keep_additive", ValueError, lambda: attnlab.inputs.as_keep_mask("attention_mask", torch.tensor([[0.0, float("-inf")]])),
+     {"en": ["attention_mask marks real tokens with 1", "additive float32 mask"], "de": ["additive float32-Maske"],
+      "zh": ["float32 加性掩码"]}),
+    ("keep_values", ValueError, lambda: attnlab.inputs.as_keep_mask("attention_mask", torch.tensor([[1, 2]])),
+     {"en": ["must hold only 1 (real token) and 0 (padding)", "[1, 2]"], "de": ["darf nur 1 (echtes Token) und 0"],
+      "zh": ["只能包含 1"]}),
+    ("part_whole_model", ValueError, lambda: attnlab.inputs.check_part("encoder", False, "GPT2"),
+     {"en": ["part is only for an encoder-decoder model", "GPT2"], "de": ["part gibt es nur"], "zh": ["part 只用于"]}),
     ("mask_type", TypeError, run(allowed=ALLOWED.tolist()),
      {"en": ["allowed must be a bool tensor (True = may read)", "[B, H, 6, 6]", "got [[[[True"],
       "de": ["allowed muss ein bool-Tensor sein (True = darf lesen)"], "zh": ["allowed 必须是布尔张量（True = 可以读取）"]}),
@@ -78,7 +88,8 @@ def test_every_new_message_has_a_case():
     from attnlab.i18n import catalog
 
     new = {"mask_type", "mask_dtype", "mask_additive", "mask_shape", "mask_empty", "mask_future", "position_ids",
-           "position_ids_range", "block_size_rope", "cache_dtype", "decode_shape"}
+           "position_ids_range", "block_size_rope", "cache_dtype", "decode_shape", "keep_additive", "keep_values",
+           "part_whole_model"}
     assert new <= {key.removeprefix("error.") for key in catalog()}
     assert {case[0] for case in CASES} == new
 
