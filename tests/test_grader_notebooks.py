@@ -114,8 +114,12 @@ def test_the_time_limit_holds_in_a_kernel_and_a_stopped_cell_is_reported_as_stop
     tasks = {t: grader.Result.from_dict(r) for t, r in graded["tasks"].items()}
     assert {f.problem.key for f in tasks["ch1.causal_mask"].failures} == {"grader.timeout"}
     stopped = tasks["ch1.masked_softmax"]
-    assert stopped.points == 0 and stopped.problem.key == "grader.cli.cell_timeout"
-    assert "stopped after 30 s by the cell time limit" in grader.notebook_report(graded)
+    assert stopped.points == 0
+    if stopped.problem is None:  # check's own limit now stops even a call that ignores SIGALRM, case by case
+        assert {f.problem.key for f in stopped.failures} == {"grader.timeout"}
+    else:  # or the cell's limit stops the whole check
+        assert stopped.problem.key == "grader.cli.cell_timeout"
+        assert "stopped after 30 s by the cell time limit" in grader.notebook_report(graded)
     assert tasks["ch1.future_weight"].passed and tasks["ch1.convert_mask"].passed
 
 
