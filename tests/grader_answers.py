@@ -993,7 +993,7 @@ RIGHT.update({  # each written as another learner would, not one of the task's a
 # Issue 33: the grader's cases, not only its judges. For every task two (or more) new wrong answers
 # of the classes the cases now reach (extreme values, sizes and dtypes, repeated calls, side effects,
 # exercise 10's lineups, misnamed mistakes, the course's own code) and one more correct rewrite, each
-# written as a learner would. GRADER_VERDICTS.md (not in docs) shows the verdicts.
+# written as a learner would. docs/grader-verdicts.md shows the verdicts.
 
 import functools  # noqa: E402
 
