@@ -26,3 +26,54 @@ def pytest_runtest_setup(item):
 def pytest_report_header(config):
     paths = ", ".join(f"{lang}: {numeric_paths.path_for(lang, TURN)}" for lang in numeric_paths.LANGUAGES)
     return f"notebook numeric paths ({numeric_paths.ROTATION}={TURN}): {paths}"
+
+
+# --------------------------------------------------------------------------
+# Scheduling: pytest-xdist (make test: -n 2 --dist loadfile --no-loadscope-reorder) hands whole
+# files to the two workers in collection order, so the files that take longest go first and the
+# short ones fill the gaps at the end (longest first: the two workers finish close together).
+# Seconds from a fresh-clone run on the 2-core Intel Xeon (pytest's --durations, summed per
+# file); a file missing here keeps its place after these.
+SLOW_FIRST = (
+    "tests/test_site_pages.py",        # builds the site (87 s) unless another worker did, then every page (~250 s)
+    "tests/test_binder.py",            # a fresh venv from binder/ (150 s) and its smoke notebooks
+    "tests/test_grader_notebooks.py",  # every stub and every solution graded in fresh kernels
+    "tests/test_grader.py",            # 793 graded cases (205 s)
+    "tests/test_site_fonts.py",        # every Chinese page in a browser without CJK fonts (58 s)
+    "tests/test_site.py",
+    "chapters/de/04-teacher-forcing.ipynb",
+    "chapters/de/09-ring-attention.ipynb",
+    "chapters/zh/04-teacher-forcing.ipynb",
+)
+
+
+def _relative(item) -> str:
+    return pathlib.Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: n for n, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(_relative(item), len(rank)))  # stable: a file's items keep their order
+
+
+# --------------------------------------------------------------------------
+# A failure is printed when it happens, not only in the summary at the end: a run stopped by a
+# time limit (CI's) still shows what failed, and where the time went (items over a minute).
+SLOW_ITEM_SECONDS = 60
+_config = []
+
+
+def pytest_configure(config):
+    _config.append(config)
+
+
+def pytest_runtest_logreport(report):
+    _terminal = _config[0].pluginmanager.get_plugin("terminalreporter") if _config else None
+    if _terminal is None or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller prints, not each worker
+        return
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        lines = (crash.message if crash else str(report.longrepr)).strip().splitlines() or ["?"]
+        _terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s): {lines[0][:300]}")
+    elif report.duration > SLOW_ITEM_SECONDS:
+        _terminal.write_line(f"\nslow: {report.nodeid} ({report.when}) {report.duration:.0f} s")
