@@ -20,8 +20,9 @@ import urllib.request
 import nbformat
 import pytest
 
+from site_support import launch_chromium
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 TOKEN = "attnlab-test-token"
 CHAPTER = ROOT / "chapters" / "de" / "01-causal-mask.ipynb"
 SETTINGS = {  # no news, no update checks, every cell in the DOM
@@ -96,15 +97,10 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert CHROMIUM.exists(), f"no browser at {CHROMIUM}: make test installs Debian's chromium, or set ATTNLAB_CHROMIUM"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                             args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        yield browser
-        browser.close()
+def browser(playwright):  # the worker's one Playwright (tests/conftest.py): a second one in the same thread fails
+    browser = launch_chromium(playwright)
+    yield browser
+    browser.close()
 
 
 CURRENT = "window.jupyterapp.shell.currentWidget"
