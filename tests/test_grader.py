@@ -216,7 +216,7 @@ def test_a_hang_is_stopped_by_the_time_limit():
 
     start = time.perf_counter()
     result = grader.grade("ch1.causal_mask", hang, time_limit=0.2)
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 60  # without the limit it never ends (generous: a slow CI machine)
     assert result.points == 0 and keys(result) == {"grader.timeout"}
 
 
@@ -229,8 +229,13 @@ def test_a_hang_is_stopped_off_the_main_thread_too():
     start = time.perf_counter()
     worker.start()
     worker.join()
-    assert time.perf_counter() - start < 2.5  # four cases, 0.1 s each, not 4 x 3 s
+    assert time.perf_counter() - start < 9  # four cases of 0.1 s (and 0.2 s of grace), not 4 x 3 s
     assert keys(results[0]) == {"grader.timeout"}
+    # The abandoned calls sleep on for up to 3 s (Python cannot stop a thread in C code); they end
+    # here, not during the next test, whose own time-limited calls they would share the process with.
+    for thread in threading.enumerate():
+        if thread.name == "attnlab-grader-call":
+            thread.join(10)
 
 
 def test_a_learner_catching_every_exception_cannot_swallow_the_time_limit():
@@ -338,7 +343,7 @@ def test_the_time_limit_holds_against_code_that_fights_it(name):
     handler, mask, trace = signal.getsignal(signal.SIGALRM), signal.pthread_sigmask(signal.SIG_BLOCK, []), sys.gettrace()
     start = time.perf_counter()
     result = grader.grade("ch1.causal_mask", DEFIANT[name], time_limit=0.1)
-    assert time.perf_counter() - start < 20  # four cases of 0.1 s, on a busy machine
+    assert time.perf_counter() - start < 60  # four cases of 0.1 s; without the limit they never end
     assert result.points == 0 and keys(result) == {"grader.timeout"}, result.text()
     assert signal.getsignal(signal.SIGALRM) is handler and signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
     assert sys.gettrace() is trace

@@ -29,7 +29,7 @@ EXERCISES = sorted({task.exercise for task in all_tasks().values()})
 
 def grade_cli(*args, cwd=ROOT):
     run = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", *map(str, args)], cwd=cwd,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr
     return run.stdout
 
@@ -110,7 +110,7 @@ masked_softmax(None, None)  # the learner's own try, outside check's time limit:
 check("ch1.masked_softmax", masked_softmax)"""
 
 
-CELL_TIMEOUT = 20  # seconds: the stuck cell waits this long; every other cell of chapter 1 takes under 2
+CELL_TIMEOUT = 30  # seconds: the stuck cell waits this long; every other cell of chapter 1 takes under 2 here
 
 
 def test_the_time_limit_holds_in_a_kernel_and_a_stopped_cell_is_reported_as_stopped(tmp_path):

@@ -80,14 +80,14 @@ def lab(tmp_path_factory):
         env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # about 5 s here; generous for a slow CI machine
         while True:
             assert server.poll() is None, (home / "server.log").read_text()
             try:
                 urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
                 break
             except OSError:
-                assert time.monotonic() < deadline, "JupyterLab did not start within 60 s"
+                assert time.monotonic() < deadline, "JupyterLab did not start within 300 s"
                 time.sleep(0.2)
         yield url
     finally:
@@ -127,7 +127,7 @@ def open_and_run(browser, url, name):
     page.goto(f"{url}/lab/workspaces/{workspace}/tree/{name}?token={TOKEN}")
     page.wait_for_function(f"window.jupyterapp && {CURRENT} && {CURRENT}.context.path === {json.dumps(name)} "
                            f"&& {CURRENT}.sessionContext.session && {CURRENT}.sessionContext.session.kernel",
-                           timeout=60_000)
+                           timeout=300_000)
     page.evaluate(RUN_ALL)
     cells = page.evaluate(CELLS)
     remote = [u for u in requests if not re.match(r"^(http://127\.0\.0\.1[:/]|data:|blob:)", u)]
@@ -145,7 +145,7 @@ def click_changes_the_picture(page, group):
     assert before, "no widget picture visible"
     buttons = group.locator("button")
     buttons.nth(buttons.count() - 1).click()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while visible_frames(page) == before and time.monotonic() < deadline:
         page.wait_for_timeout(100)
     return visible_frames(page) != before
