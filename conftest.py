@@ -48,7 +48,8 @@ SLOW_FIRST = (
 
 
 def _relative(item) -> str:
-    return pathlib.Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+    path = pathlib.Path(str(item.fspath)).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.as_posix()
 
 
 def pytest_collection_modifyitems(session, config, items):
