@@ -62,7 +62,7 @@ pdf: $(PDF_STAMP) browser      ## the course as one PDF per language in _build/p
 	$(BIN)/python -m tools.pdf check
 
 test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores; ends with the 10 slowest items
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --timeout 1800 --timeout-method thread --durations=10 --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --timeout 3000 --timeout-method thread --durations=10 --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests chapters/en chapters/de chapters/zh solutions/en solutions/de solutions/zh
 
 lab: $(STAMP)                  ## JupyterLab (pinned in the lock) on 127.0.0.1 with chapter 1 open

@@ -27,7 +27,7 @@ def test_make_test_keeps_that_order_and_stops_a_hung_test():
     command = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout
     pytest_line = next(line for line in command.splitlines() if "-m pytest" in line)
-    for option in ("--dist loadfile", "--no-loadscope-reorder", "--timeout 1800", "--timeout-method thread",
+    for option in ("--dist loadfile", "--no-loadscope-reorder", "--timeout 3000", "--timeout-method thread",
                    "--durations=10"):
         assert option in pytest_line, option
 
