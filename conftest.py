@@ -33,13 +33,14 @@ def pytest_report_header(config):
 # files to the two workers in collection order, so the files that take longest go first and the
 # short ones fill the gaps at the end (longest first: the two workers finish close together).
 # Seconds from a fresh-clone run on the 2-core Intel Xeon (pytest's --durations, summed per
-# file); a file missing here keeps its place after these.
+# file; docs/decisions.md, "How the suite spends its two cores"); a file missing here keeps its
+# place after these.
 SLOW_FIRST = (
-    "tests/test_site_pages.py",        # builds the site (87 s) unless another worker did, then every page (~250 s)
-    "tests/test_binder.py",            # a fresh venv from binder/ (150 s) and its smoke notebooks
-    "tests/test_grader_notebooks.py",  # every stub and every solution graded in fresh kernels
-    "tests/test_grader.py",            # 793 graded cases (205 s)
-    "tests/test_site_fonts.py",        # every Chinese page in a browser without CJK fonts (58 s)
+    "tests/test_site_pages.py",        # the site build (87 s) unless another worker did it, then every page: 400 s
+    "tests/test_binder.py",            # a fresh venv from binder/ and its smoke notebooks: 164 to 194 s
+    "tests/test_grader_notebooks.py",  # every English stub from the command line, progress, the cell limit: 260 s
+    "tests/test_grader.py",            # 793 graded cases: about 310 s
+    "tests/test_site_fonts.py",        # every Chinese page in a browser without CJK fonts: about 100 s
     "tests/test_site.py",
     "chapters/de/04-teacher-forcing.ipynb",
     "chapters/de/09-ring-attention.ipynb",
@@ -69,12 +70,12 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logreport(report):
-    _terminal = _config[0].pluginmanager.get_plugin("terminalreporter") if _config else None
-    if _terminal is None or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller prints, not each worker
+    terminal = _config[0].pluginmanager.get_plugin("terminalreporter") if _config else None
+    if terminal is None or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller prints, not each worker
         return
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
         lines = (crash.message if crash else str(report.longrepr)).strip().splitlines() or ["?"]
-        _terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s): {lines[0][:300]}")
+        terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s): {lines[0][:300]}")
     elif report.duration > SLOW_ITEM_SECONDS:
-        _terminal.write_line(f"\nslow: {report.nodeid} ({report.when}) {report.duration:.0f} s")
+        terminal.write_line(f"\nslow: {report.nodeid} ({report.when}) {report.duration:.0f} s")

@@ -67,6 +67,7 @@ class Page(HTMLParser):
 def pages(html_root, lang):
     return sorted((html_root / lang).rglob("*.html"))
 
+
 CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = site.BUILD / "screenshots"
 
