@@ -70,8 +70,13 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logreport(report):
-    terminal = _config[0].pluginmanager.get_plugin("terminalreporter") if _config else None
-    if terminal is None or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller prints, not each worker
+    config = _config[-1] if _config else None
+    # the controller prints, not each xdist worker (a worker's config has workerinput; the
+    # environment would not do: a pytest started inside a worker's test inherits its variables)
+    if config is None or hasattr(config, "workerinput"):
+        return
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is None:
         return
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
