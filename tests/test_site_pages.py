@@ -23,7 +23,7 @@ AXE = site.NODE_MODULES / "axe-core" / "axe.min.js"
 AXE_KNOWN = {("nested-interactive", "09-ring-attention.html"), ("color-contrast", "09-ring-attention.html")}
 
 
-def audited_pages(html_root, rels, with_widgets):
+def audited_pages(rels, with_widgets):
     """The pages axe checks: every English content page, and the German and Chinese ones with
     explorers (their alt texts are in the reader's language). The three sites share template and
     markup, so the other de/zh pages would repeat the English findings at about half of the
@@ -77,7 +77,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
     axe = AXE.read_text("utf-8")
     rels = list(all_pages(html_root))
     with_widgets = set(widget_pages(html_root))
-    audited = audited_pages(html_root, rels, with_widgets)
+    audited = audited_pages(rels, with_widgets)
     widget_urls = {f"{server}/{rel}" for rel in with_widgets}
 
     def ready(visit):
