@@ -1,0 +1,101 @@
+"""The chapters' GPU-only cells, rehearsed on the CPU (issue 30, point 5).
+
+Chapters 3 and 8 each have one cell that runs only when ``attnlab.pick_device()`` finds CUDA
+(``if device.type == "cuda":``); on a CPU machine, nbval sees only its ``else`` branch, so a
+misspelt name, a message key that does not exist or a shape that does not fit in the CUDA branch
+would first be found on a reader's GPU (the GPU runner of tools/gpu_check.sh is not lent to every
+session). Here each notebook's code cells run up to that cell, and the cell runs
+with its CUDA branch taken on the CPU: the same tensors, kernels chosen by ``sdpa_kernel`` where
+the CPU has them, and ``torch.compile`` left out (compiling FlexAttention's CPU kernel takes
+minutes; the GPU runner compiles the Triton one). What the rehearsal cannot show (that CUDA's
+flash kernel refuses an explicit mask, the fused kernel's result) tests/test_gpu.py checks on a GPU.
+
+The notebooks call ``attnlab.setup`` (language, threads, seeds, print options), so the six
+rehearsals run in one interpreter of their own (``python tests/test_gpu_rehearsal.py``), not in
+the test process.
+"""
+
+import contextlib
+import io
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GPU_BRANCH = 'if device.type == "cuda":'
+LANGS = ("en", "de", "zh")
+REHEARSALS = {  # notebook -> edits to its GPU cell beyond taking the CUDA branch
+    "03-sdpa-flash-attention": {},
+    "08-masks-in-real-models": {"torch.compile(flex_attention)": "flex_attention"},  # uncompiled on the CPU
+}
+
+
+def code_cells(notebook: pathlib.Path) -> list[dict]:
+    return [cell for cell in json.loads(notebook.read_text("utf-8"))["cells"] if cell["cell_type"] == "code"]
+
+
+def rehearse(notebook: pathlib.Path, replace: dict[str, str]) -> str:
+    """Run the code cells up to the GPU-only one, then that cell with its CUDA branch taken on the
+    CPU (``replace`` edits only that cell); what the GPU cell printed."""
+    cells = code_cells(notebook)
+    gpu = [i for i, cell in enumerate(cells) if GPU_BRANCH in "".join(cell["source"])]
+    assert len(gpu) == 1, f"{notebook.name}: expected one GPU-only cell, found {len(gpu)}"
+    namespace: dict = {"__name__": "__rehearsal__"}
+    with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng():
+        for cell in cells[:gpu[0]]:
+            source = "".join(cell["source"])
+            if "raises-exception" in cell.get("metadata", {}).get("tags", []):
+                with contextlib.suppress(Exception):
+                    exec(compile(source, notebook.name, "exec"), namespace)  # noqa: S102 - the course's own cell
+            else:
+                exec(compile(source, notebook.name, "exec"), namespace)  # noqa: S102
+    source = "".join(cells[gpu[0]]["source"]).replace(GPU_BRANCH, "if True:  # rehearsed on the CPU", 1)
+    for old, new in replace.items():
+        assert old in source, f"{notebook.name}: the GPU cell no longer contains {old!r}"
+        source = source.replace(old, new)
+    assert namespace["device"].type == "cpu"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), torch.random.fork_rng():
+        exec(compile(source, notebook.name, "exec"), namespace)  # noqa: S102
+    return printed.getvalue()
+
+
+def rehearse_all() -> dict[str, str]:
+    return {f"{lang}/{name}": rehearse(ROOT / "chapters" / lang / f"{name}.ipynb", replace)
+            for name, replace in REHEARSALS.items() for lang in LANGS}
+
+
+@pytest.fixture(scope="module")
+def printed() -> dict[str, str]:
+    run = subprocess.run([sys.executable, __file__], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_chapter_3s_cuda_probe_runs_its_cuda_branch_on_the_cpu(printed, lang):
+    lines = printed[f"{lang}/03-sdpa-flash-attention"].splitlines()
+    assert len(lines) == 6, lines  # three backends x (is_causal, attn_mask)
+    for line, (backend, kind) in zip(lines, [(b, k) for b in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+                                             for k in ("is_causal", "attn_mask")]):
+        assert line.startswith(backend) and kind in line, line
+    assert lines[4].rstrip().endswith("ok") and lines[5].rstrip().endswith("ok")  # MATH runs everything anywhere
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_chapter_8s_fused_flex_attention_cell_runs_its_cuda_branch_on_the_cpu(printed, lang):
+    # FlexAttention uncompiled: the same rule and block mask, built on "the GPU"'s device; the
+    # message is the chapter's own (ch8.flex_equals_sdpa) in the reader's language
+    from attnlab import tr
+
+    line = printed[f"{lang}/08-masks-in-real-models"].strip()
+    assert line.startswith(tr("ch8.flex_equals_sdpa", lang).rstrip(":：")) and line.endswith("True"), line
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    print(json.dumps(rehearse_all(), ensure_ascii=False))
