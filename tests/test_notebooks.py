@@ -38,7 +38,7 @@ def test_rendering_is_deterministic(tmp_path):
 
 def write_source(tmp_path, body):
     path = tmp_path / "chapters" / "src" / "99-test.md"
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("---\nkind: notebook\n---\n\n" + body, "utf-8")
     return path
 
@@ -53,6 +53,16 @@ def test_text_outside_a_language_block_is_rejected(tmp_path):
     path = write_source(tmp_path, "Just English.\n")
     with pytest.raises(notebooks.SourceError, match="outside"):
         notebooks.parse_source(path)
+
+
+def test_a_backtick_directive_with_code_in_its_title_is_rejected(tmp_path):
+    # CommonMark: a backtick fence's info string holds no backtick, so this line is a paragraph and its
+    # closing ``` opens a code block (chapter 1's "Explore it yourself" was drawn as code that way)
+    blocks = "".join(f"::::{{lang}} {lang}\n```{{dropdown}} Why `x`?\nBecause.\n```\n::::\n" for lang in ("en", "de", "zh"))
+    with pytest.raises(notebooks.SourceError, match=r"99-test.md:6: a backtick in the title"):
+        notebooks.parse_source(write_source(tmp_path, blocks))
+    fixed = blocks.replace("```{dropdown}", ":::{dropdown}").replace("\n```\n", "\n:::\n")
+    assert len(notebooks.parse_source(write_source(tmp_path, fixed)).cells) == 1
 
 
 def test_a_valid_source_gives_one_markdown_cell_per_language_and_shared_code(tmp_path):

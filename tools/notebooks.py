@@ -87,6 +87,9 @@ LANG_CLOSE = "::::"
 CODE_OPEN = re.compile(r"^```\{code-cell\}(\s+\w+)?\s*$")
 CODE_CLOSE = "```"
 OPTION = re.compile(r"^:(\w[\w-]*):\s*(.*)$")
+# A backtick fence's info string may not hold a backtick (CommonMark): ```{dropdown} with `code` in
+# its title is read as a paragraph, and its closing fence opens a code block that swallows what follows.
+BACKTICK_DIRECTIVE_WITH_CODE = re.compile(r"^\s*`{3,}\{[\w-]+\}.*`")
 CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # {comment}'
@@ -210,6 +213,10 @@ def parse_source(path: pathlib.Path) -> Source:
             text = "\n".join(lines[i + 1:end]).strip("\n")
             if not text.strip():
                 raise SourceError(f"{where(i)}: empty {lang} block")
+            for n, block_line in enumerate(lines[i + 1:end], start=i + 1):
+                if BACKTICK_DIRECTIVE_WITH_CODE.match(block_line):
+                    raise SourceError(f"{where(n)}: a backtick in the title of a ```{{directive}}: Markdown then "
+                                      "shows it as text and what follows as code; write it :::{directive} … :::")
             group[lang] = text
             i = end + 1
             continue
