@@ -65,6 +65,15 @@ def test_a_backtick_directive_with_code_in_its_title_is_rejected(tmp_path):
     assert len(notebooks.parse_source(write_source(tmp_path, fixed)).cells) == 1
 
 
+def test_a_link_in_a_dropdown_title_is_rejected(tmp_path):
+    blocks = "".join(f"::::{{lang}} {lang}\n:::{{dropdown}} Why? See [x](x.ipynb)\nBecause.\n:::\n::::\n"
+                     for lang in ("en", "de", "zh"))
+    with pytest.raises(notebooks.SourceError, match=r"99-test.md:6: a link in a dropdown's title"):
+        notebooks.parse_source(write_source(tmp_path, blocks))
+    fixed = blocks.replace(" See [x](x.ipynb)\nBecause.", "\nBecause, see [x](x.ipynb).")
+    assert len(notebooks.parse_source(write_source(tmp_path, fixed)).cells) == 1
+
+
 def test_a_valid_source_gives_one_markdown_cell_per_language_and_shared_code(tmp_path):
     path = write_source(tmp_path, "::::{lang} en\nHi\n::::\n::::{lang} de\nHallo\n::::\n::::{lang} zh\n你好\n::::\n\n"
                                   "```{code-cell}\n:tags: [hide-input]\nx = 1\n```\n")

@@ -90,6 +90,8 @@ OPTION = re.compile(r"^:(\w[\w-]*):\s*(.*)$")
 # A backtick fence's info string may not hold a backtick (CommonMark): ```{dropdown} with `code` in
 # its title is read as a paragraph, and its closing fence opens a code block that swallows what follows.
 BACKTICK_DIRECTIVE_WITH_CODE = re.compile(r"^\s*`{3,}\{[\w-]+\}.*`")
+# A dropdown's title is its button: a link inside it is a control in a control (axe: nested-interactive).
+DROPDOWN_TITLE_WITH_LINK = re.compile(r"^\s*(`{3,}|:{3})\{dropdown\}.*\]\(")
 CELL_OPTIONS = ("tags", "alt", "caption")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # {comment}'
@@ -217,6 +219,9 @@ def parse_source(path: pathlib.Path) -> Source:
                 if BACKTICK_DIRECTIVE_WITH_CODE.match(block_line):
                     raise SourceError(f"{where(n)}: a backtick in the title of a ```{{directive}}: Markdown then "
                                       "shows it as text and what follows as code; write it :::{directive} … :::")
+                if DROPDOWN_TITLE_WITH_LINK.match(block_line):
+                    raise SourceError(f"{where(n)}: a link in a dropdown's title (a link inside its button); "
+                                      "name the page in the title and put the link in the dropdown's text")
             group[lang] = text
             i = end + 1
             continue
