@@ -210,3 +210,28 @@ def test_every_exercise_introduction_states_the_policy_on_the_course_code_in_thr
                     assert f"`{name}`" in block, (source.name, lang, name)
     docs = (notebooks.ROOT / "docs" / "exercises.md").read_text("utf-8")
     assert "course_copies" in docs and "The course's own code" in docs
+
+
+def test_a_check_imports_only_its_own_chapters_tasks():
+    # A check in exercise 4 needs chapter 4's tasks only: importing every chapter module cost each
+    # kernel several seconds (chapter 10's transformers, chapter 3's torch.nn.attention.bias, which
+    # imports torch._dynamo), in every solution notebook nbval runs and every notebook the command
+    # line grades.
+    import subprocess
+    import sys
+
+    code = ("import sys, attnlab; attnlab.setup('en')\n"
+            "from attnlab.grader import check, summary\n"
+            "def f(windows): raise NotImplementedError\n"
+            "check('ch4.shifted_targets', f); summary()\n"
+            "from attnlab.exercises import exercise_tasks, find_task\n"
+            "assert exercise_tasks('04-teacher-forcing')[0] == 'ch4.shifted_targets'\n"
+            "print(sorted(m for m in sys.modules if m.startswith('attnlab.exercises.')))\n"
+            "print('transformers' in sys.modules, 'torch._dynamo' in sys.modules)\n"
+            "assert find_task('ch9.nothing') is None and find_task('nothing') is None\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert lines[-2:] == ["['attnlab.exercises.ch4']", "False False"], run.stdout
+    # every task still sits in the module of its own chapter and exercise (chapter_tasks checks it)
+    assert sum(len(exercise_tasks(e)) for e in {t.exercise for t in all_tasks().values()}) == len(all_tasks())

@@ -20,22 +20,51 @@ CHAPTERS = ("ch1", "ch2", "ch3",
             "ch11")  # exercise 11
 
 
+@lru_cache(maxsize=None)
+def chapter_tasks(name: str) -> dict:
+    """``{task id: Task}`` of one chapter module (``"ch4"``), in notebook order. Only that module
+    is imported: a check in exercise 4 does not pay for chapter 10's transformers or chapter 3's
+    ``torch.nn.attention.bias`` (which imports torch._dynamo), several seconds per kernel."""
+    if name not in CHAPTERS:
+        raise KeyError(name)
+    module = importlib.import_module(f"{__name__}.{name}")
+    tasks = {}
+    for task in module.TASKS:
+        if task.id in tasks:
+            raise ValueError(f"task id {task.id!r} is defined twice")
+        if task.id.split(".", 1)[0] != name or _chapter_of(task.exercise) != name:
+            raise ValueError(f"task {task.id!r} of exercise {task.exercise!r} does not belong in {name}.py")
+        tasks[task.id] = task
+    return tasks
+
+
 @lru_cache(maxsize=1)
 def all_tasks() -> dict:
     """``{task id: Task}`` over every chapter module, in notebook order."""
     tasks = {}
     for name in CHAPTERS:
-        module = importlib.import_module(f"{__name__}.{name}")
-        for task in module.TASKS:
-            if task.id in tasks:
-                raise ValueError(f"task id {task.id!r} is defined twice")
-            tasks[task.id] = task
+        tasks.update(chapter_tasks(name))
     return tasks
+
+
+def _chapter_of(exercise: str) -> str | None:
+    """The module of an exercise notebook's tasks: ``"04-teacher-forcing"`` -> ``"ch4"``."""
+    number = exercise[:2]
+    return f"ch{int(number)}" if number.isdigit() and f"ch{int(number)}" in CHAPTERS else None
+
+
+def find_task(task_id: str):
+    """The task ``task_id`` ("ch4.shifted_targets"), importing only its chapter's module; None if
+    there is no such task."""
+    name = task_id.split(".", 1)[0] if isinstance(task_id, str) else None
+    return chapter_tasks(name).get(task_id) if name in CHAPTERS else None
 
 
 def exercise_tasks(exercise: str) -> list[str]:
     """Ids of the tasks graded in the exercise notebook ``exercise`` ("01-causal-mask")."""
-    return [task.id for task in all_tasks().values() if task.exercise == exercise]
+    name = _chapter_of(exercise)
+    tasks = chapter_tasks(name) if name else {}
+    return [task.id for task in tasks.values() if task.exercise == exercise]
 
 
 def case_device() -> torch.device:

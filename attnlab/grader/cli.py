@@ -33,7 +33,7 @@ def grade_notebook(path, cell_timeout: int = 120) -> dict:
         from nbclient import NotebookClient
     except ImportError:
         raise SystemExit(tr("grader.cli.needs_nbclient")) from None
-    from ..exercises import all_tasks, exercise_tasks
+    from ..exercises import exercise_tasks, find_task
 
     path = pathlib.Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
@@ -69,13 +69,13 @@ def grade_notebook(path, cell_timeout: int = 120) -> dict:
     found = {c["task"]: Result.from_dict(c) for c in checks}
     if checks:
         lang = checks[-1].get("language", lang)
-    tasks = all_tasks()
     results: dict[str, Result] = {}
     for task_id in expected_tasks or list(found):
         if task_id in found:
             results[task_id] = found[task_id]
         else:
-            n = len(tasks[task_id].make_cases()) if task_id in tasks else 0
+            task = find_task(task_id)
+            n = len(task.make_cases()) if task is not None else 0
             results[task_id] = Result(task_id, 0, n, problem=unfinished_check(nb, task_id, cell_timeout))
     return {"notebook": str(path), "exercise": exercise, "language": lang,
             "points": sum(r.points for r in results.values()), "total": sum(r.total for r in results.values()),

@@ -42,24 +42,23 @@ def _log(result: Result) -> None:
 
 def summary() -> None:
     """Print the points of every task of the exercises checked in this kernel, and the total."""
-    from ..exercises import all_tasks, exercise_tasks
+    from ..exercises import exercise_tasks, find_task
 
-    tasks = all_tasks()
-    exercises = sorted({tasks[t].exercise for t in _session if t in tasks})
+    exercises = sorted({find_task(t).exercise for t in _session if find_task(t) is not None})
     results = {t: _session.get(t) for e in exercises for t in exercise_tasks(e)}
     print(report_text(results, get_language()), flush=True)
 
 
 def report_text(results: dict[str, Result | None], lang: str) -> str:
     """Per task points (``None``: never checked) and the total, in ``lang``."""
-    from ..exercises import all_tasks
+    from ..exercises import find_task
 
-    tasks = all_tasks()
     lines = []
     points = total = 0
     for task_id, result in results.items():
         if result is None:
-            n = len(tasks[task_id].make_cases()) if task_id in tasks else 0
+            task = find_task(task_id)
+            n = len(task.make_cases()) if task is not None else 0
             result = Result(task_id, 0, n, problem=Problem("grader.not_checked"))
         points += result.points
         total += result.total
