@@ -124,24 +124,30 @@ def _resolve(dotted: str):
     raise ImportError(dotted)
 
 
-_ANSWER_KEY: dict = {}  # code object -> name: every function of attnlab.exercises (the grader's answers)
+_ANSWER_KEY: dict = {}  # module name -> {code object: name}: the functions of one attnlab.exercises module
 
 
 def course_copy_codes(task: Task) -> dict:
-    """``{code object: dotted name}`` of the course's functions the learner may not call in ``task``."""
+    """``{code object: dotted name}`` of the course's functions the learner may not call in ``task``:
+    those of the task's own and every other task module already imported (the grader's answers; a
+    module nobody imported cannot be called, and importing all eleven cost seconds per kernel)."""
+    import sys
+
     from .. import exercises
 
-    if not _ANSWER_KEY:
-        import importlib
-
-        for chapter in exercises.CHAPTERS:
-            module = importlib.import_module(f"{exercises.__name__}.{chapter}")
+    codes: dict = {}
+    for chapter in exercises.CHAPTERS:
+        module = sys.modules.get(f"{exercises.__name__}.{chapter}")
+        if module is None:
+            continue
+        if module.__name__ not in _ANSWER_KEY:
+            key = _ANSWER_KEY[module.__name__] = {}
             for other in module.TASKS:  # the references, and the mutants and alternatives beside them
                 for fn in [other.reference, *other.mutants.values(), *other.alternatives]:
                     name = getattr(fn, "__name__", "")
-                    _code_objects(fn, f"{module.__name__}.{name}" if name.isidentifier() else module.__name__,
-                                  _ANSWER_KEY)
-    codes = dict(_ANSWER_KEY)
+                    _code_objects(fn, f"{module.__name__}.{name}" if name.isidentifier() else module.__name__, key)
+        for code, name in _ANSWER_KEY[module.__name__].items():
+            codes.setdefault(code, name)  # the first chapter to define a code object names it, as before
     for dotted in task.course_copies:
         _code_objects(_resolve(dotted), dotted, codes)
     return codes
