@@ -394,7 +394,7 @@ def test_the_failure_line_says_what_was_expected_and_what_came_back():
     line = result.text().splitlines()[1]
     assert re.search(r"case 1 \(T=5\): at \[\d+, \d+\] expected [\d.]+, got [\d.]+", line), line
     de = result.text("de").splitlines()[1]
-    assert de.startswith("  Fall 1 (T=5): an [") and "erwartet" in de and "zurück kam" in de
+    assert de.startswith("  Fall 1 (T=5): an [") and "erwartet" in de and "deine Funktion lieferte" in de
     assert "处应为" in result.text("zh")
 
 

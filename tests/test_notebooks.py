@@ -308,6 +308,8 @@ def test_the_index_lists_every_chapter_of_the_toc_in_order_with_its_own_title():
         items = re.findall(r"^(\d+)\. \*\*(.+?)\*\*", page, re.M)
         assert [int(n) for n, _ in items] == list(range(1, len(slugs) + 1)), lang
         assert [t for _, t in items] == [notebooks.chapter_title(s, lang)[1] for s in slugs], lang
+        # de-b review 2026-12-02: "**Ist mein Modell kausal?**:" put a colon right after a question mark
+        assert not re.search(r"[?？]\*\*[:：]", page), lang
 
 
 def test_a_chapter_list_without_a_chapter_of_the_toc_or_with_an_unknown_one_is_rejected():

@@ -787,7 +787,7 @@ def render_notebook(source: Source, lang: str) -> nbformat.NotebookNode:
 #     02-multi-head-attention: $D$, $H$ and $d$, …
 #     ```
 #
-# and the page shows ``1. **The causal mask**: why position …``. A chapter of the toc
+# and the page shows ``1. **The causal mask** – why position …``. A chapter of the toc
 # without a line, a line for a chapter the toc lacks, or a number that is not the
 # chapter's place in the toc is an error; a renamed chapter makes the page stale.
 CHAPTER_LIST = re.compile(r"^```\{chapter-list\}\n(?P<body>.*?)\n```$", re.M | re.S)
@@ -810,6 +810,15 @@ def chapter_title(slug: str, lang: str, root: pathlib.Path = ROOT) -> tuple[int,
     return int(m.group("number")), m.group("title")
 
 
+def chapter_list_separator(title: str, lang: str) -> str:
+    """What comes between a chapter's bold title and what it teaches: a spaced dash in en and de,
+    where a colon after a title that ends in a question mark would print "?**:"; in zh a full-width
+    colon, or nothing after a full-width question mark, which already ends the title."""
+    if lang == "zh":
+        return "" if title.endswith(("？", "?")) else "："
+    return " – "
+
+
 def chapter_list(body: str, lang: str, where: str, root: pathlib.Path = ROOT) -> str:
     """The numbered Markdown list of a ``{chapter-list}`` block in ``lang`` (see above)."""
     entries: dict[str, str] = {}
@@ -830,7 +839,7 @@ def chapter_list(body: str, lang: str, where: str, root: pathlib.Path = ROOT) ->
         number, title = chapter_title(slug, lang, root)
         if number != place:
             raise SourceError(f"{where}: chapter {slug} is numbered {number} but is number {place} in _toc.yml")
-        lines.append(f"{number}. **{title}**{'：' if lang == 'zh' else ': '}{entries[slug]}")
+        lines.append(f"{number}. **{title}**{chapter_list_separator(title, lang)}{entries[slug]}")
     return "\n".join(lines)
 
 
