@@ -307,6 +307,27 @@ def step_mask(model, ids: torch.Tensor, mask: torch.Tensor | None, start: int, s
     return given if given is None or (isinstance(given, torch.Tensor) and given.dim() == 2) else full
 
 
+class CopiedEmbedding(nn.Module):
+    """A token embedding whose output is a copy. CTRL scales its embeddings in place and GIT adds its
+    positions in place; the Jacobian test's hook makes the embedding return the tensor it differentiates
+    by, a leaf, which PyTorch does not let a model change in place. The copy has the same values and
+    gradients; the hook goes on :attr:`inner` (:meth:`Adapter.get_input_embeddings`)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    @property
+    def weight(self):
+        return self.inner.weight
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs).clone()
+
+
+IN_PLACE_EMBEDDINGS = ("CTRLLMHeadModel", "GitForCausalLM")  # models that change their embeddings' output in place
+
+
 class Adapter(nn.Module):
     """``model`` as a function of token ids [B, T] -> logits [B, T, V], the form chapter 5's tests take.
 
@@ -347,7 +368,7 @@ class Adapter(nn.Module):
         embedding = self.model.get_input_embeddings()
         if isinstance(embedding, nn.ModuleList) and len(embedding) == 1:  # MusicGen: one table per codebook
             return embedding[0]
-        return embedding
+        return embedding.inner if isinstance(embedding, CopiedEmbedding) else embedding
 
     def _padded(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.padding == "none":
@@ -728,6 +749,8 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
             refused = error
             continue
         built += 1
+        if type(model).__name__ in IN_PLACE_EMBEDDINGS and not isinstance(model.get_input_embeddings(), CopiedEmbedding):
+            model.set_input_embeddings(CopiedEmbedding(model.get_input_embeddings()))
         parts = ("encoder", "decoder") if is_encoder_decoder(model) else (None,)
         for part in parts:
             decoder = expected_causal(model, part)
@@ -908,11 +931,6 @@ SIZES = dict(rotary_dim=8, vocab_size=128, hidden_size=32, intermediate_size=64,
 # Settings per family, on top of SIZES, that make a valid tiny config where the common sizes alone do not
 # (the library's message without them is in the comment). Each is said in the audit's notes and on the page.
 FAMILIES: dict[str, dict] = {
-    # multi-head latent attention: the rotary part of a head is head_dim ("size of tensor a (4) must match b (8)")
-    **{name: dict(head_dim=8) for name in ("DeepseekV3Config", "AXK1Config", "LongcatFlashConfig", "YoutuConfig")},
-    # grouped expert routing: one group of the 4 experts ("shape '[-1, 8, 0]' is invalid")
-    **{name: dict(n_group=1, topk_group=1) for name in ("DeepseekV3Config", "AXK1Config", "DeepseekV32Config",
-                                                         "BailingHybridConfig")},
     # DBRX reads attn_config.rope_theta, which DbrxAttentionConfig does not declare, and clamps by clip_qkv
     "DbrxConfig": dict(attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0)),
     # rope parameters per layer type (KeyError: 'full_attention')
@@ -951,6 +969,15 @@ FAMILIES: dict[str, dict] = {
     "MusicgenDecoderConfig": dict(num_codebooks=1),
     "MusicgenMelodyDecoderConfig": dict(num_codebooks=1),
 }
+
+
+for _names, _settings in (
+        # multi-head latent attention: the rotary part of a head is head_dim ("size of tensor a (4) must match b (8)")
+        (("DeepseekV3Config", "AXK1Config", "LongcatFlashConfig", "YoutuConfig"), dict(head_dim=8)),
+        # grouped expert routing: one group of the 4 experts ("shape '[-1, 8, 0]' is invalid")
+        (("DeepseekV3Config", "AXK1Config", "DeepseekV32Config", "BailingHybridConfig"), dict(n_group=1, topk_group=1))):
+    for _name in _names:
+        FAMILIES.setdefault(_name, {}).update(_settings)
 
 
 def family_settings(config_class) -> dict:

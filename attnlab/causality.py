@@ -184,8 +184,7 @@ def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None
         directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed))  # [T, V]
 
         def outputs(x):  # [1, T, D] embeddings -> [T]: each position's logits, projected on its direction
-            # the embedding now returns x, as a copy: a model that scales its embeddings in place (CTRL, GIT)
-            handle = embedding.register_forward_hook(lambda module, args, output: x.clone())
+            handle = embedding.register_forward_hook(lambda module, args, output: x)  # the embedding now returns x
             try:
                 logits = logits_of(model, idx)[0]  # [T, V]
             finally:
