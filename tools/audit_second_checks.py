@@ -59,8 +59,14 @@ def check(verdict) -> str:
         mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones_like(ids)], dim=1)
         diff = float((_first_step(model, padded, mask) - _first_step(model, ids, torch.ones_like(ids))).abs().max())
         return f"padding: generate() first-step logits, left-padded vs unpadded, differ by {diff:.1e}"
-    result = A.generate_matches(model, ids, 8, new_tokens=2)
-    return f"cache: generate() with vs without the cache: tokens equal {result['tokens']}, logits close {result['logits']}"
+    if row.padding == "left":  # two prompts, the second left-padded by 3 (generate() pads them this way)
+        ids = torch.cat([ids, torch.randint(1, A.vocab_of(model.config), (1, 8), generator=torch.Generator().manual_seed(1))])
+        lengths = [8, 5]
+    else:
+        lengths = [8]
+    result = A.generate_matches(model, ids, lengths, new_tokens=2)
+    return (f"cache ({row.padding} padding): generate() with vs without the cache: tokens equal {result['tokens']}, "
+            f"logits close {result['logits']}")
 
 
 def main() -> int:
