@@ -49,7 +49,7 @@ def test_every_text_of_the_page_is_a_message_in_three_languages_and_reads_as_eac
     keys = [key for key in catalog() if key.startswith("audit_page.")]
     assert len(keys) >= 20 and all(set(catalog()[key]) >= {"en", "de", "zh"} for key in keys)
     source = audit_page.page_source(DATA)
-    en, de, zh = (source.split(f":::: {{lang}} {lang}\n", 1)[1].split("\n::::", 1)[0] for lang in ("en", "de", "zh"))
+    en, de, zh = (source.split(f"::::{{lang}} {lang}\n", 1)[1].split("\n::::", 1)[0] for lang in ("en", "de", "zh"))
     assert "| n |" not in source and "| Anzahl |" in de and "| 数量 |" in zh
     assert "**WIE ERWARTET**" in de and "**AS EXPECTED**" in en and "**符合预期**" in zh
     assert "`BartForCausalLM`、`" in zh and "`, `" not in zh  # a Chinese list joins with 、

@@ -34,12 +34,14 @@ def _cell(text: str) -> str:
 
 
 def _built(verdict, lang: str, tr) -> str:
-    """What was set or refused for this target, joined as the reader's language joins a list."""
+    """What was set or refused for this target, joined as the reader's language joins a list. A "refusal"
+    whose message is the verdict's own (an import error under every implementation) is the failure, not a
+    refusal: the reason column says it."""
     parts = []
     for key, values in verdict.notes:
         if key == "audit.note_set":
             parts.append(f"`{values['setting']}`")
-        elif key == "audit.note_skipped":
+        elif key == "audit.note_skipped" and not (verdict.message or "").startswith(values.get("message") or "\0"):
             parts.append(tr("audit_page.refused", lang=lang, impl=f"`{values['impl']}`"))
     return tr("audit_page.list_sep", lang=lang).join(parts)
 
