@@ -307,6 +307,27 @@ def step_mask(model, ids: torch.Tensor, mask: torch.Tensor | None, start: int, s
     return given if given is None or (isinstance(given, torch.Tensor) and given.dim() == 2) else full
 
 
+class CopiedEmbedding(nn.Module):
+    """A token embedding whose output is a copy. CTRL scales its embeddings in place and GIT adds its
+    positions in place; the Jacobian test's hook makes the embedding return the tensor it differentiates
+    by, a leaf, which PyTorch does not let a model change in place. The copy has the same values and
+    gradients; the hook goes on :attr:`inner` (:meth:`Adapter.get_input_embeddings`)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    @property
+    def weight(self):
+        return self.inner.weight
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs).clone()
+
+
+IN_PLACE_EMBEDDINGS = ("CTRLLMHeadModel", "GitForCausalLM")  # models that change their embeddings' output in place
+
+
 class Adapter(nn.Module):
     """``model`` as a function of token ids [B, T] -> logits [B, T, V], the form chapter 5's tests take.
 
@@ -332,6 +353,7 @@ class Adapter(nn.Module):
         self.pad_ids = torch.zeros(self.pad, dtype=torch.long)  # token 0 in the padding slots
         self.takes_positions = part is None and _takes_positions(type(model))
         self.config = model.config
+        self.vocab_size = vocab_of(model.config)  # the token ids' (a multimodal model: its text vocabulary)
         self.train(model.training)  # the adapter's mode is the model's (chapter 5's tests restore it afterwards)
         if encoder_ids is None:  # the fixed sequence a decoder reads (T5)
             encoder_ids = torch.randint(1, vocab_of(model.config), (1, 7), generator=torch.Generator().manual_seed(seed))
@@ -343,7 +365,10 @@ class Adapter(nn.Module):
             return self.model.get_encoder().get_input_embeddings()
         if self.part == "decoder":
             return self.model.get_decoder().get_input_embeddings()
-        return self.model.get_input_embeddings()
+        embedding = self.model.get_input_embeddings()
+        if isinstance(embedding, nn.ModuleList) and len(embedding) == 1:  # MusicGen: one table per codebook
+            return embedding[0]
+        return embedding.inner if isinstance(embedding, CopiedEmbedding) else embedding
 
     def _padded(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.padding == "none":
@@ -592,6 +617,15 @@ def leaks_of(adapter: Adapter, ids: torch.Tensor, atol: float = ATOL, seed: int 
     return {test: first_leak(m, 0.0 if test == "jacobian" else atol) for test, m in test_maps(adapter, ids, seed).items()}
 
 
+class Keyed(RuntimeError):
+    """The auditor's own reason for a verdict, as a message key and its values: the JSON keeps both, so the
+    page renders the reason in each reader's language (``str()`` of it is the English text)."""
+
+    def __init__(self, key: str, **values):
+        super().__init__(tr(key, lang="en", **values))
+        self.key, self.values = key, values
+
+
 class LibraryError(RuntimeError):
     """The library crashed on a valid input (a model it built, token ids in its vocabulary): a finding."""
 
@@ -691,11 +725,16 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
     config, model_class, label = _subject(model_or_name)
     if model_class is None and not _registered_config(config):
         raise ValueError(tr("audit.not_registered", config=type(config).__name__))
+    if isinstance(model_or_name, (str, type)):  # built here from a class: what its family needed (FAMILIES)
+        for key, value in family_settings(type(config)).items():
+            for name, item in (value.items() if isinstance(value, dict) and key != "rope_parameters" else [(None, value)]):
+                shown = item if not isinstance(item, dict) else "{" + ", ".join(f"{k}: ..." for k in item) + "}"
+                notes.append(("audit.note_set", {"setting": f"{key}{'' if name is None else '.' + name}={shown}"}))
     config, changed = as_decoder(config, model_class)
     for key, value in changed.items():
         notes.append(("audit.note_set", {"setting": f"{key}={value}"}))
     longest = next((getattr(config, key) for key in ("max_position_embeddings", "n_positions")
-                    if isinstance(getattr(config, key, None), int)), None)
+                    if isinstance(getattr(config, key, None), int) and getattr(config, key) > 0), None)  # XLNet: -1
     T = whole_number("T", T, 2, None if longest is None else longest - PAD)  # the padded row must fit too
     vocab = vocab_of(config)
     ids = torch.randint(1, vocab, (1, T), generator=torch.Generator().manual_seed(seed))
@@ -710,6 +749,8 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
             refused = error
             continue
         built += 1
+        if type(model).__name__ in IN_PLACE_EMBEDDINGS and not isinstance(model.get_input_embeddings(), CopiedEmbedding):
+            model.set_input_embeddings(CopiedEmbedding(model.get_input_embeddings()))
         parts = ("encoder", "decoder") if is_encoder_decoder(model) else (None,)
         for part in parts:
             decoder = expected_causal(model, part)
@@ -731,7 +772,7 @@ def audit(model_or_name, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
                             if part is None and not _generate_runs(model, ids):  # confirmed by the library's own path
                                 raise LibraryError(one_line(error), repro_line(config, type(model), padding, True)) \
                                     from None
-                            raise RuntimeError(tr("audit.cached_pass_failed", message=one_line(error))) from None
+                            raise Keyed("audit.reason_cached_pass_failed", message=one_line(error)) from None
                         if cached is not None:
                             cache_diff = float((plain - cached).abs().max())
                             cache_ok = cache_diff <= limit
@@ -868,7 +909,7 @@ def resolve(target: str):
 
 SIZES = dict(rotary_dim=8, vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=64, n_embd=32, n_layer=2, n_head=2,
-             n_positions=64, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, bos_token_id=0,
+             n_positions=64, d_model=32, d_kv=16, d_ff=64, d_inner=64, num_layers=2, num_heads=2, bos_token_id=0,
              eos_token_id=0, pad_token_id=0, decoder_start_token_id=0,
              # encoder-decoder families: unequal on purpose (a valid config; caches sized by the wrong one crash)
              encoder_layers=1, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
@@ -887,28 +928,98 @@ SIZES = dict(rotary_dim=8, vocab_size=128, hidden_size=32, intermediate_size=64,
              expert_layer_offset=1)
 
 
-def small_config(config_class):
+# Settings per family, on top of SIZES, that make a valid tiny config where the common sizes alone do not
+# (the library's message without them is in the comment). Each is said in the audit's notes and on the page.
+FAMILIES: dict[str, dict] = {
+    # DBRX reads attn_config.rope_theta, which DbrxAttentionConfig does not declare, and clamps by clip_qkv
+    "DbrxConfig": dict(attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0)),
+    # rope parameters per layer type (KeyError: 'full_attention')
+    "CohereCompassConfig": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # the state-space width matches its heads (4 heads of 16)
+    "FalconH1Config": dict(mamba_d_ssm=64),
+    # hybrids: one state-space or convolution layer and one attention layer
+    "GraniteMoeHybridConfig": dict(layer_types=["mamba", "attention"]),
+    "Lfm2MoeConfig": dict(layer_types=["conv", "full_attention"]),
+    # two layers cannot share a KV cache across kinds ("The set of layer types producing a cache is different")
+    "Gemma3nTextConfig": dict(num_kv_shared_layers=0),
+    # Qwen's sparse-attention indexer: every one of its sizes, or none (NoneType // NoneType)
+    "Qwen4ExpTextConfig": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4,
+                               indexer_compress_ratio=2),
+    # X-MOD's adapters need a language ("Input language unknown")
+    "XmodConfig": dict(default_language="en_XX"),
+    # sizes the common fields miss (with them left at the defaults the model is full size and the time runs out)
+    "Mamba2Config": dict(num_heads=4, head_dim=16, n_groups=1),  # 4 heads of 16 = expand 2 x hidden 32
+    "GPTNeoConfig": dict(num_layers=2, attention_types=[[["global", "local"], 1]], window_size=4),
+    "ProphetNetConfig": dict(num_encoder_layers=1, num_decoder_layers=2, num_encoder_attention_heads=2,
+                             num_decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64),
+    # Longformer's window: 4 tokens, not 512 ("size of tensor a (16) must match b (512)")
+    "LEDConfig": dict(attention_window=4),
+    # Zamba2's shared blocks at the layer that exists (its default ids start at layer 6: KeyError: 1)
+    "Zamba2Config": dict(hybrid_layer_ids=[1]),
+    # Reformer: axial positions whose shape multiplies to 64 and whose widths add to 32, local attention only
+    "ReformerConfig": dict(axial_pos_shape=[8, 8], axial_pos_embds_dim=[16, 16], attn_layers=["local", "local"],
+                           local_attn_chunk_length=4),
+    # Dory: one layer per stage (input, recurrent, output); with the defaults 8 + 8 of 2 layers the recurrent
+    # stage has -28 layers and the crash proves nothing
+    "DoryConfig": dict(num_hidden_layers=3, n_input_layers=1, n_recurrent_layers=1, n_output_layers=1,
+                       layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    # XLNet reads ahead unless told to be unidirectional (its own causal setting; the default "bi" is bidirectional)
+    "XLNetConfig": dict(attn_type="uni"),
+    # MusicGen as a text model: one codebook ("shape '[-1, 4, 8]' is invalid")
+    "MusicgenDecoderConfig": dict(num_codebooks=1),
+    "MusicgenMelodyDecoderConfig": dict(num_codebooks=1),
+}
+
+
+for _names, _settings in (
+        # multi-head latent attention: the rotary part of a head is head_dim ("size of tensor a (4) must match b (8)")
+        (("DeepseekV3Config", "AXK1Config", "LongcatFlashConfig", "YoutuConfig"), dict(head_dim=8)),
+        # grouped expert routing: one group of the 4 experts ("shape '[-1, 8, 0]' is invalid")
+        (("DeepseekV3Config", "AXK1Config", "DeepseekV32Config", "BailingHybridConfig"), dict(n_group=1, topk_group=1))):
+    for _name in _names:
+        FAMILIES.setdefault(_name, {}).update(_settings)
+
+
+def family_settings(config_class) -> dict:
+    """The settings :data:`FAMILIES` gives ``config_class`` (by its name), ``{}`` for most."""
+    return dict(FAMILIES.get(getattr(config_class, "__name__", ""), {}))
+
+
+def _has(config, key: str) -> bool:
+    """``hasattr`` that also says no where the config refuses a global read (a per-layer attribute)."""
+    try:
+        getattr(config, key)
+        return True
+    except Exception:
+        return False
+
+
+def small_config(config_class, extra: dict | None = None):
     """``config_class`` with small sizes for whichever of the common size fields it has (:data:`SIZES`),
-    a per-layer pattern (``layer_types``) cut to one layer of each kind it lists, and small sub-configs
-    (``text_config`` of a multimodal model). Sizes the class rejects are left at their defaults."""
+    a per-layer pattern (``layer_types``) cut to one layer of each kind it lists, small sub-configs
+    (``text_config`` of a multimodal model), and the family's own settings (:data:`FAMILIES`, or ``extra``).
+    Sizes the class rejects are left at their defaults."""
     defaults = config_class()
-    sizes = {k: v for k, v in SIZES.items() if hasattr(defaults, k)}
+    family = family_settings(config_class) if extra is None else dict(extra)
+    sizes = {k: v for k, v in SIZES.items() if _has(defaults, k)}
     if "encoder_layers" in sizes:
         sizes.pop("num_hidden_layers", None)  # an alias of encoder_layers in BART's family
     for pattern in ("layer_types", "block_types"):  # RecurrentGemma: block_types
         kinds = getattr(defaults, pattern, None)
-        if isinstance(kinds, (list, tuple)) and kinds and all(isinstance(k, str) for k in kinds):
+        if pattern not in family and isinstance(kinds, (list, tuple)) and kinds and all(isinstance(k, str) for k in kinds):
             distinct = list(dict.fromkeys(kinds))
             sizes[pattern] = distinct if len(distinct) > 1 else distinct * 2
             sizes["num_hidden_layers"] = len(sizes[pattern])
     for key in ("text_config", "decoder_config", "vision_config", "audio_config", "speech_config"):
         sub = getattr(defaults, key, None)
-        if isinstance(sub, transformers.PreTrainedConfig):
+        if isinstance(sub, transformers.PreTrainedConfig) and key not in family:
             try:
                 sizes[key] = small_config(type(sub)).to_dict()
             except Exception:
                 pass
-    for drop in ((), ("layer_types",), tuple(k for k in sizes if k not in (
+    sizes.update(family)
+    singles = tuple((k,) for k in sizes if k not in family)  # one size the class refuses (XLNet: a length bound)
+    for drop in ((), ("layer_types",), *singles, tuple(k for k in sizes if k not in family and k not in (
             "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
             "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_positions", "d_model", "num_layers"))):
         try:
@@ -938,6 +1049,13 @@ class Verdict:
     message: str | None = None
     repro: str | None = None
     seconds: float | None = None
+    reason_key: str | None = None  # the auditor's own reason (a time-out, its cached pass), rendered per language
+    reason_values: dict | None = None
+
+    @classmethod
+    def keyed(cls, target: str, kind: str, key: str, notes=None, **values) -> "Verdict":
+        """A verdict without rows whose reason is the auditor's own message ``key`` (with ``values``)."""
+        return cls(target, kind, [], list(notes or []), tr(key, lang="en", **values), None, None, key, values)
 
     @property
     def exit_status(self) -> int:
@@ -948,6 +1066,8 @@ class Verdict:
 
     def reason(self, lang: str | None = None) -> str:
         """Why, in one line of the reader's language (or ``lang``)."""
+        if self.reason_key is not None:
+            return tr(self.reason_key, lang=lang, **(self.reason_values or {}))
         if self.kind in ("library_error", "could_not_audit", "not_applicable"):
             return tr(f"audit.reason_{self.kind}", lang=lang, message=self.message or "")
         if self.kind == "leak":
@@ -979,14 +1099,17 @@ class Verdict:
         rows = [dict(vars(row), leaks={k: None if v is None else list(v) for k, v in row.leaks.items()})
                 for row in self.rows]
         return dict(target=self.target, kind=self.kind, rows=rows, notes=[[k, v] for k, v in self.notes],
-                    message=self.message, repro=self.repro, seconds=self.seconds)
+                    message=self.message, reason=None if self.reason_key is None else [self.reason_key,
+                                                                                       self.reason_values or {}],
+                    repro=self.repro, seconds=self.seconds)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Verdict":
         rows = [AuditRow(**dict(row, leaks={k: None if v is None else tuple(v) for k, v in row["leaks"].items()}))
                 for row in data.get("rows", [])]
+        key, values = data.get("reason") or (None, None)
         return cls(data["target"], data["kind"], rows, [tuple(n) for n in data.get("notes", [])],
-                   data.get("message"), data.get("repro"), data.get("seconds"))
+                   data.get("message"), data.get("repro"), data.get("seconds"), key, values)
 
 
 def _kind(rows: list[AuditRow]) -> str:
@@ -1018,14 +1141,19 @@ def audit_target(target, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
     model_class = subject if isinstance(subject, type) and issubclass(subject, tf.PreTrainedModel) else None
     try:
         if model_class is not None and "input_ids" not in _parameters(model_class):
-            return Verdict(label, "not_applicable", [], notes, tr("audit.no_input_ids", name=label),
-                           seconds=time.perf_counter() - start)
+            verdict = Verdict.keyed(label, "not_applicable", "audit.no_input_ids", notes, name=label)
+            verdict.seconds = time.perf_counter() - start
+            return verdict
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rows = audit(subject, implementations, paddings, T, seed, atol, notes=notes)
         kind, message, repro = _kind(rows), None, None
     except LibraryError as error:
         kind, message, repro = "library_error", error.message, error.repro
+    except Keyed as error:  # the auditor's own reason (its cached pass failed where generate() runs)
+        verdict = Verdict.keyed(label, "could_not_audit", error.key, notes, **error.values)
+        verdict.seconds = time.perf_counter() - start
+        return verdict
     except Exception as error:  # the library refused to build or run it: its message, in one line
         kind, message, repro = "could_not_audit", one_line(error), None
     return Verdict(label, kind, rows, notes, message, repro, time.perf_counter() - start)
@@ -1114,12 +1242,12 @@ def sweep(targets=None, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: i
                 try:
                     verdict = Verdict.from_dict(receive.recv())
                 except EOFError:
-                    verdict = Verdict(target, "could_not_audit", [], [], tr("audit.died", code=process.exitcode))
+                    verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_died", code=process.exitcode)
             elif not process.is_alive():
-                verdict = Verdict(target, "could_not_audit", [], [], tr("audit.died", code=process.exitcode))
+                verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_died", code=process.exitcode)
             elif elapsed > limit:
                 process.kill()
-                verdict = Verdict(target, "could_not_audit", [], [], tr("audit.timeout", seconds=f"{limit:g}"))
+                verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_timeout", seconds=f"{limit:g}")
             if verdict is not None:
                 process.join(5)
                 receive.close()

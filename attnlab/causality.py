@@ -86,6 +86,8 @@ def find_token_embedding(model) -> nn.Embedding:
 def vocab_size_of(model, idx: torch.Tensor | None = None) -> int:
     """V: from ``model.config``, else its token embedding, else (a plain function such as
     ``lambda ids: model(preprocess(ids))``) the size of the logits it returns for ``idx``."""
+    if isinstance(getattr(model, "vocab_size", None), int):  # an adapter says it (a multimodal model's text vocabulary)
+        return model.vocab_size
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "vocab_size"):
         return config.vocab_size
@@ -118,7 +120,7 @@ def in_vocabulary(model, idx: torch.Tensor) -> torch.Tensor:
     """``idx`` if every id is below the model's vocabulary size, where the model says it (``config.vocab_size``
     or its token embedding); a clear error instead of an ``IndexError`` from inside the embedding."""
     config = getattr(model, "config", None)
-    V = getattr(config, "vocab_size", None)
+    V = model.vocab_size if isinstance(getattr(model, "vocab_size", None), int) else getattr(config, "vocab_size", None)
     if V is None and isinstance(model, nn.Module) and any(isinstance(m, nn.Embedding) for m in model.modules()):
         V = find_token_embedding(model).num_embeddings
     if V is not None and (int(idx.min()) < 0 or int(idx.max()) >= V):

@@ -445,3 +445,45 @@ def test_the_sweep_gives_each_target_a_verdict_within_its_time_limit():
     slow = sweep(["gemma3"], ("sdpa",), ("none",), T=4, workers=1, limit=0.01)[0]
     assert slow.kind == "could_not_audit" and "time limit" in slow.message
     assert "NoSuchModel" in sweep_table(verdicts) and "2 targets" in sweep_summary(verdicts)
+
+
+# Issue 35, the sweep's COULD NOT AUDIT rows: a family's own settings build a valid tiny config, and say so
+
+
+@pytest.mark.parametrize("name, setting", [
+    ("DeepseekV3ForCausalLM", "head_dim=8"),  # multi-head latent attention: the rotary part of a head
+    ("DbrxForCausalLM", "attn_config.rope_theta=10000.0"),  # a field the library reads but does not declare
+    ("XmodForCausalLM", "default_language=en_XX"),
+    ("MusicgenForCausalLM", "num_codebooks=1"),
+])
+def test_a_family_that_needs_its_own_settings_is_built_with_them_and_says_what_was_set(name, setting):
+    from attnlab.audit import FAMILIES, audit_target
+
+    verdict = audit_target(name, ("eager",), ("none",), T=4)
+    assert verdict.kind == "ok", (verdict.kind, verdict.message)
+    settings = [values["setting"] for key, values in verdict.notes if key == "audit.note_set"]
+    assert setting in settings and len(FAMILIES) >= 20
+
+
+def test_models_that_scale_their_embeddings_in_place_or_read_a_text_vocabulary_are_audited():
+    from attnlab.audit import audit_target
+
+    for name in ("CTRLLMHeadModel", "Gemma3ForConditionalGeneration"):  # in-place `embeds *= ...`; a text config's vocab
+        verdict = audit_target(name, ("eager",), ("none",), T=4)
+        assert verdict.kind == "ok", (name, verdict.message)
+
+
+def test_the_auditors_own_reasons_are_message_keys_rendered_in_each_language():
+    from attnlab.audit import Verdict
+
+    timeout = Verdict.keyed("BltForCausalLM", "could_not_audit", "audit.reason_timeout", seconds="120")
+    again = Verdict.from_dict(timeout.to_dict())  # as the page reads it from the JSON
+    assert again.message == "no verdict within the time limit of 120 s" == again.reason("en")
+    assert again.reason("de") == "kein Urteil innerhalb des Zeitlimits von 120 s"
+    assert again.reason("zh") == "在 120 秒的时间限制内没有得出结论"
+    cached = Verdict.keyed("CpmAntForCausalLM", "could_not_audit", "audit.reason_cached_pass_failed",
+                           message="RuntimeError: boom")
+    assert "Prüfwerkzeug" in cached.reason("de") and "审查工具" in cached.reason("zh")
+    assert "library" not in cached.reason("en")  # the auditor's failure is not blamed on the library
+    old = Verdict.from_dict({"target": "x", "kind": "could_not_audit", "message": "E: m"})  # a JSON of before
+    assert old.reason("en") == "the library could not build or run the model: E: m"

@@ -41,3 +41,18 @@ def test_a_fast_row_of_each_verdict_kind_is_still_what_the_auditor_finds(stored)
     verdict = audit_target(stored["target"], DATA["implementations"], T=DATA["length"])
     again = Verdict.from_dict(stored)
     assert (verdict.kind, verdict.reason("en")) == (again.kind, again.reason("en"))
+
+
+def test_every_text_of_the_page_is_a_message_in_three_languages_and_reads_as_each_language_writes():
+    from attnlab.i18n import catalog
+
+    keys = [key for key in catalog() if key.startswith("audit_page.")]
+    assert len(keys) >= 20 and all(set(catalog()[key]) >= {"en", "de", "zh"} for key in keys)
+    source = audit_page.page_source(DATA)
+    en, de, zh = (source.split(f"::::{{lang}} {lang}\n", 1)[1].split("\n::::", 1)[0] for lang in ("en", "de", "zh"))
+    assert "| n |" not in source and "| Anzahl |" in de and "| 数量 |" in zh
+    assert "**WIE ERWARTET**" in de and "**AS EXPECTED**" in en and "**符合预期**" in zh
+    assert "`BartForCausalLM`、`" in zh and "`, `" not in zh  # a Chinese list joins with 、
+    for text in (de, zh):  # the auditor's own reasons (time-outs, its cached pass) in the page's language
+        assert "no verdict within" not in text and "the auditor's cached pass" not in text
+    assert "Cache und Padding stimmen überein" not in de and "modul:Klasse" not in catalog()["audit.cli_target"]["de"]
