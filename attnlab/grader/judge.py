@@ -366,18 +366,7 @@ class Grader:
 
     # --- the mistakes an output shows
     def output_of(self, name: str, fn: Callable, case: Case, index: int) -> Any:
-        """The output of the reference or a mutant on case ``index``: each runs once per kernel
-        (the cases are the same on every run, and so are their seeds)."""
-        key = (self.task.id, index, name)
-        if key not in _OUTPUTS:
-            try:
-                _OUTPUTS[key] = (True, self.task.run(fn, case))
-            except Exception as error:  # noqa: BLE001
-                _OUTPUTS[key] = (False, error)
-        ok, value = _OUTPUTS[key]
-        if not ok:
-            raise value
-        return value
+        return output_of(self.task, name, fn, case, index)
 
     def mutant_outputs(self, case: Case) -> dict[str, Any]:
         outputs = {}
@@ -644,6 +633,21 @@ def _nan_pattern(value: Any) -> list[torch.Tensor] | None:
     except Exception:  # noqa: BLE001
         return None
     return pattern if any(bool(p.any()) for p in pattern) else None
+
+
+def output_of(task: Task, name: str, fn: Callable, case: Case, index: int) -> Any:
+    """The output of the reference (``name`` "") or of the mutant ``name`` on case ``index`` of ``task``: each
+    runs once per kernel (the cases are the same on every run, and so are their seeds); raises what it raised."""
+    key = (task.id, index, name)
+    if key not in _OUTPUTS:
+        try:
+            _OUTPUTS[key] = (True, task.run(fn, case))
+        except Exception as error:  # noqa: BLE001
+            _OUTPUTS[key] = (False, error)
+    ok, value = _OUTPUTS[key]
+    if not ok:
+        raise value
+    return value
 
 
 _TWINS: dict[str, list[Case]] = {}
