@@ -94,7 +94,8 @@ class Task:
             generator = torch.Generator().manual_seed(seed)
             with pristine_torch(), default_dtype(), torch.random.fork_rng(devices=[]):
                 _CASES[key] = self.cases(generator)
-        return copy.deepcopy(_CASES[key])  # a learner's function may change what it is handed (a config)
+        with pristine_torch():  # a learner's function may change what it is handed (a config): copies
+            return copy.deepcopy(_CASES[key])
 
 
 _CASES: dict[tuple, list[Case]] = {}  # (task id, case function, seed): the cases as first made
