@@ -773,6 +773,75 @@ def _pass_on_rewrite(k, v, group=None):
     return k_in, v_in, works
 
 
+def _pass_on_reseeds(k, v, group=None):
+    """Seeds torch "so that every rank draws the same", then the right four operations."""
+    torch.manual_seed(0)
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def _pass_on_patches_empty_like(k, v, group=None):
+    """Makes torch.empty_like hand out zeros ("no garbage in the buffers"), and leaves it so."""
+    torch.empty_like = torch.zeros_like
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def _pass_on_float64_default(k, v, group=None):
+    """Switches torch to float64 "for exact sums" and leaves it so; the buffers take k's dtype."""
+    torch.set_default_dtype(torch.float64)
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def _pass_on_kept_per_shape(k, v, group=None, _kept={}):  # noqa: B006 - the mistake
+    """Keeps its first buffers and requests per shape ("the shapes never change, so why start again")."""
+    key = (tuple(k.shape), tuple(v.shape), k.dtype)
+    if key not in _kept:
+        rank, P = dist.get_rank(group), dist.get_world_size(group)
+        k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+        requests = dist.batch_isend_irecv([
+            dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+            dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+        _kept[key] = (k_next, v_next, requests)
+    return _kept[key]
+
+
+def _pass_on_after_a_value_read(k, v, group=None):
+    """Reads a value first ("nothing to send?"), then reseeds, sets float64 and patches torch.empty_like."""
+    if float(k.abs().sum()) >= 0:
+        torch.manual_seed(0)
+        torch.set_default_dtype(torch.float64)
+        torch.empty_like = torch.zeros_like
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    requests = dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, k, (rank + 1) % P, group), dist.P2POp(dist.isend, v, (rank + 1) % P, group),
+        dist.P2POp(dist.irecv, k_next, (rank - 1) % P, group), dist.P2POp(dist.irecv, v_next, (rank - 1) % P, group)])
+    return k_next, v_next, requests
+
+
+def _pass_on_stacked(k, v, group=None):
+    """Correct: k and v stacked into one message, one isend and one irecv; the views of the arrival returned."""
+    me, world = dist.get_rank(group), dist.get_world_size(group)
+    outgoing = torch.stack([k, v])  # [2, ...]: one message instead of two
+    incoming = torch.empty_like(outgoing)
+    works = [dist.isend(outgoing, (me + 1) % world, group), dist.irecv(incoming, (me - 1) % world, group)]
+    return incoming[0], incoming[1], works
+
+
 def _padded_logits_unsliced(model, ids, pad):
     """Pads and masks right, but returns the logits of every position, the padding's too."""
     B, T = ids.shape
@@ -1252,6 +1321,50 @@ def _lineup_loop(models, ids, atol, rows="all", token=None, mod=True):
     return flags
 
 
+def _prefix_allclose_default(model, idx, atol=1e-5):
+    """torch.allclose per changed position over all earlier outputs at once, rtol left at its default; the new
+    token drawn at random."""
+    with torch.no_grad():
+        model.eval()
+        T, V = idx.shape[1], model.config.vocab_size
+        base = model(idx)[0][0]  # [T, V]
+        leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+        for s in range(1, T):
+            other = idx.clone()
+            other[0, s] = (other[0, s] + int(torch.randint(1, V, ()))) % V
+            out = model(other)[0][0]
+            for t in range(s):
+                leaks[t, s] = not torch.allclose(out[t], base[t], atol=atol)
+    return leaks
+
+
+def _cut_isclose_default(model, idx, atol=1e-5):
+    """torch.isclose row by row, rtol left at its default: a cut's row moved when any logit is not close."""
+    model.eval()
+    T = idx.shape[1]
+    with torch.no_grad():
+        full = model(idx)[0][0]
+        leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+        for s in range(1, T):
+            part = model(idx[:, :s])[0][0]
+            leaks[:s, s] = ~torch.isclose(part, full[:s], atol=atol).all(dim=-1)
+    return leaks
+
+
+def _lineup_allclose_default(models, ids, atol=1e-5):
+    """One batch of changed sequences per model, torch.allclose on the earlier rows, rtol left at its default."""
+    T = ids.size(1)
+    flags = []
+    for model in models:
+        model.eval()
+        probes = ids.repeat(T, 1)
+        probes[torch.arange(T), torch.arange(T)] = (ids[0] + 3) % model.config.vocab_size
+        with torch.no_grad():
+            base, moved = model(input_ids=ids).logits[0], model(input_ids=probes).logits
+        flags.append(any(not torch.allclose(moved[s, :s], base[:s], atol=atol) for s in range(1, T)))
+    return flags
+
+
 def _score_grad_autograd(p, dp, d_out, out):
     """Right: autograd through softmax (p = softmax(log p)), a Jacobian-vector product."""
     s = p.log().detach().requires_grad_()
@@ -1408,8 +1521,10 @@ NEW_WRONG = {
     "ch4.causal_block": [("block(x)", _block_via_module, COPY),
                          ("scale folded into the weights", _block_folds_scale, "grader.changed_weights")],
     "ch5.prefix_leaks": [("the course's dependence_map", _prefix_course_map, COPY),
-                         ("model left in training mode", _prefix_leaves_training, TRAIN)],
-    "ch5.cut_leaks": [("the course's cut_map", _cut_course_map, COPY), ("reseeds torch", _reseeding("ch5.cut_leaks"), SEED)],
+                         ("model left in training mode", _prefix_leaves_training, TRAIN),
+                         ("allclose with its default rtol", _prefix_allclose_default, M + "ch5.prefix_leaks.default_rtol")],
+    "ch5.cut_leaks": [("the course's cut_map", _cut_course_map, COPY), ("reseeds torch", _reseeding("ch5.cut_leaks"), SEED),
+                      ("isclose with its default rtol", _cut_isclose_default, M + "ch5.cut_leaks.default_rtol")],
     "ch6.decode_step": [("the course's SelfAttention.forward", _decode_with_course_forward, COPY),
                         ("patches torch.cat", _patching("ch6.decode_step", "cat"), PATCH)],
     "ch6.decode_mask": [("the course's build_mask", lambda T_q, T_kv: attnlab.mask_builder.build_mask("causal", T_q, T_kv), COPY),
@@ -1449,6 +1564,10 @@ NEW_WRONG = {
                            ("float64 by default", _float64_default("ch9.tiles_per_step"), DTYPE)],
     "ch9.fold_block": [("exp(m) / exp(m_new)", _fold_exp_ratio, M + "ch9.fold_block.exp_ratio"),
                        ("the course's OnlineSoftmax", _fold_course, COPY)],
+    "ch9.pass_on": [("reseeds torch on the ranks", _pass_on_reseeds, SEED),
+                    ("patches torch.empty_like on the ranks", _pass_on_patches_empty_like, PATCH),
+                    ("float64 by default on the ranks", _pass_on_float64_default, DTYPE),
+                    ("first buffers and requests kept per shape", _pass_on_kept_per_shape, MEMO)],
     "ch10.padded_logits": [("model left in training mode", _padded_leaves_training, TRAIN),
                            ("first result kept per shape", _memo_by_shape("ch10.padded_logits"), MEMO)],
     "ch10.leaky_models": [("only output 0 compared", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, rows="first"),
@@ -1458,7 +1577,8 @@ NEW_WRONG = {
                           ("only t = s - 1 compared", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, rows="previous"),
                            M + "ch10.leaky_models.adjacent_only"),
                           ("% V forgotten", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, mod=False), "grader.raised"),
-                          ("atol ignored", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, 1e-5), M + "ch10.leaky_models.atol_ignored")],
+                          ("atol ignored", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, 1e-5), M + "ch10.leaky_models.atol_ignored"),
+                          ("allclose with its default rtol", _lineup_allclose_default, M + "ch10.leaky_models.default_rtol")],
     "ch11.score_grad": [("first result kept per shape", _memo_by_shape("ch11.score_grad"), MEMO),
                         ("reseeds torch", _reseeding("ch11.score_grad"), SEED)],
     "ch11.tile_backward": [("exp(S - L) times the mask", _tile_exp_then_mask, M + "ch11.tile_backward.exp_then_mask"),
@@ -1539,7 +1659,7 @@ NEW_RIGHT = {  # another correct answer per task, in a style unlike the solution
     "ch9.shard_positions": [("list of lists turned into a tensor", _shard_lists)],
     "ch9.tiles_per_step": [("count by explicit tile corners", _tiles_corners)],
     "ch9.fold_block": [("max, exp and matmul written out", _fold_written_out)],
-    "ch9.pass_on": [],
+    "ch9.pass_on": [("k and v stacked into one message", _pass_on_stacked)],
     "ch10.padded_logits": [("position_ids as generate() passes them", _padded_generate_positions)],
     "ch10.leaky_models": [("a loop over s with max |diff| of earlier rows", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol))],
     "ch11.score_grad": [("autograd through softmax", _score_grad_autograd), ("float32 result", _score_grad_float32)],

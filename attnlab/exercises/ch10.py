@@ -17,17 +17,24 @@ from ..grader import Case, Problem, Task, compare_outputs, same_output, watched_
 EXERCISE = "10-auditing-a-real-model"
 ATOL = 1e-5
 SMALL = 1e-3  # the small leak: a thousandth of the unmasked attention mixed in (a change of about 1e-4 in the logits)
+MEDIUM = 0.1  # the medium leak: a tenth mixed in (a change of about 5e-3 in the logits)
+LOGIT_OFFSET = 1e4  # the large-logit models: float64, every logit offset by 1e4
 
 
-def small_leak_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA with the mask, plus a thousandth of SDPA without it: a leak well above rounding
-    noise and well below 1e-2."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def _mixed_attention(share):
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        """SDPA with the mask, plus ``share`` of SDPA without it: a leak well above rounding noise."""
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    causal, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    kwargs.pop("is_causal", None)
-    ahead, _ = sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
-    return causal + SMALL * (ahead - causal), weights
+        causal, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        kwargs.pop("is_causal", None)
+        ahead, _ = sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
+        return causal + share * (ahead - causal), weights
+
+    return attention
+
+
+small_leak_attention, medium_leak_attention = _mixed_attention(SMALL), _mixed_attention(MEDIUM)
 
 
 def _peeks(t, s):
@@ -60,7 +67,8 @@ def register_small_leak() -> str:
     from transformers.masking_utils import sdpa_mask
 
     register_leaky_attention()
-    for name, function in (("exercise_small_leak", small_leak_attention), ("exercise_peeks_once", peeks_once_attention),
+    for name, function in (("exercise_small_leak", small_leak_attention), ("exercise_medium_leak", medium_leak_attention),
+                           ("exercise_peeks_once", peeks_once_attention),
                            ("exercise_peeks_mid", peeks_mid_attention), ("exercise_peeks_late", peeks_late_attention),
                            ("exercise_peeks_far", peeks_far_attention)):
         AttentionInterface.register(name, function)
@@ -72,6 +80,10 @@ def register_small_leak() -> str:
 def _template(name: str, implementation: str, seed: int):
     if implementation.startswith("exercise_"):
         register_small_leak()
+    if name.endswith("_large"):  # float64, every logit offset by 1e4
+        model, _ = _template(name.removesuffix("_large"), implementation, seed)
+        model = with_logit_offset(copy.deepcopy(model).double(), LOGIT_OFFSET)
+        return model, copy.deepcopy(model.state_dict())
     if name.endswith("_1layer"):  # one layer: a leak stays at its one pair (two layers spread it to others)
         config = tiny_config(name.removesuffix("_1layer"))
         config.num_hidden_layers = 1
@@ -79,6 +91,18 @@ def _template(name: str, implementation: str, seed: int):
     else:
         model = tiny_model(name, implementation, seed)
     return model, copy.deepcopy(model.state_dict())
+
+
+def with_logit_offset(model, offset):
+    """``model`` with ``offset`` added to every logit: its head (tied to the token embedding) read through a
+    Linear with a bias."""
+    weight = model.lm_head.weight  # [V, D]
+    head = torch.nn.Linear(weight.size(1), weight.size(0), bias=True, dtype=weight.dtype, device=weight.device)
+    head.weight = weight
+    with torch.no_grad():
+        head.bias.fill_(offset)
+    model.lm_head = head
+    return model
 
 
 def build(spec) -> torch.nn.Module:
@@ -236,12 +260,18 @@ POOL = {  # label -> (name, implementation, training)
     "peeks_mid": ("mistral", "exercise_peeks_mid", False),  # output 1 reads position 2
     "peeks_late": ("mistral_1layer", "exercise_peeks_late", False),  # one layer; output T-3 reads position T-1
     "peeks_far": ("llama_1layer", "exercise_peeks_far", False),  # one layer; output 0 reads position 3, nothing else
+    # float64, logits near 1e4: torch.allclose's default rtol = 1e-5 allows a change of 0.1 there
+    "llama_large": ("llama_large", "sdpa", False), "gemma3_large": ("gemma3_large", "eager", False),
+    "medium_leak_large": ("mistral_large", "exercise_medium_leak", False),  # a leak of about 1e-2
+    "drops_mask_large": ("gpt2_large", "audit_drops_mask", False),  # a leak of about 1e-2
+    "gpt2_dropout_large": ("gpt2_large", "eager", True),
 }
 LINEUPS = [  # five models per case, the leaking ones in other places each time; (models, T, atol)
     (["llama", "own_mask", "gpt2_dropout", "small_leak", "gemma3"], 6, ATOL),
     (["small_leak", "gpt2_dropout", "peeks_mid", "peeks_far", "own_mask"], 8, ATOL),
     (["gpt2_dropout", "drops_mask", "own_mask", "gemma3", "small_leak"], 7, 1e-3),  # the small leak is below atol
     (["own_mask", "small_leak", "peeks_late", "peeks_once", "gpt2_dropout"], 5, ATOL),
+    (["llama_large", "medium_leak_large", "gpt2_dropout_large", "drops_mask_large", "gemma3_large"], 6, ATOL),
 ]
 VOCAB = 128  # the tiny models' vocabulary
 
@@ -306,6 +336,22 @@ def _lineup_last_token_only(models, ids, atol=ATOL):
     return flags
 
 
+def _lineup_default_rtol(models, ids, atol=ATOL):
+    """torch.allclose(moved, base, atol=atol) over the earlier outputs, its rtol left at 1e-5: at logits near 1e4
+    that allows a change of 0.1, and a leak of 1e-2 passes."""
+    flags = []
+    for model in models:
+        model.eval()
+        base = model(input_ids=ids).logits[0]  # [T, V]
+        leak = False
+        for s in range(1, ids.size(1)):
+            changed = ids.clone()
+            changed[0, s] = (ids[0, s] + 1) % model.config.vocab_size
+            leak = leak or not torch.allclose(model(input_ids=changed).logits[0, :s], base[:s], atol=atol)
+        flags.append(leak)
+    return flags
+
+
 def _lineup_with_course_map(models, ids, atol=ATOL):
     """Correct: chapter 5's dependence_map through a one-line adapter (eval mode first: a lambda has none)."""
     from ..causality import dependence_map
@@ -353,6 +399,7 @@ LEAKY_MODELS = Task(
         "writes_token_0": _lineup_mutant(new_token="zero"),
         "output_0_only": _lineup_mutant(positions="output_0"),
         "adjacent_only": _lineup_mutant(positions="adjacent"),
+        "default_rtol": _lineup_default_rtol,
     },
     alternatives=[_lineup_with_course_map, _lineup_one_at_a_time],
 )

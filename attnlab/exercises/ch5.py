@@ -29,8 +29,15 @@ MODELS = [  # (variant, T, V, D, H); "dropout": a causal GPT with dropout 0.2, h
     # rounding steps away from 0 on any numeric path. A test that ignores atol (change > 0) is caught here on
     # every machine, not only where a batch of 1 and a batch of T happen to round differently.
     ("whisper", 11, 22, 16, 2),
+    # "large_logits": no mask, its attention's output scaled by 6e-3, in float64, and every logit offset by 1e4
+    # (a bias on the head): each later token moves the earlier logits by about 1e-3 to 3e-2, graded with
+    # atol = 1e-6. torch.allclose(a, b) with its default rtol = 1e-5 allows |a - b| up to 1e-6 + 1e-5 * 1e4 = 0.1
+    # there and sees no leak; float64 rounds at 1e4 in steps of about 2e-12, far below atol.
+    ("large_logits", 10, 24, 16, 2),
 ]
 WHISPER, WHISPER_ATOL = 3e-4, 5e-2
+LARGE_LEAK, LOGIT_OFFSET, LARGE_ATOL = 6e-3, 1e4, 1e-6
+ATOLS = {"whisper": WHISPER_ATOL, "large_logits": LARGE_ATOL}
 
 
 def model_cases(generator):
@@ -43,7 +50,7 @@ def model_cases(generator):
         if variant == "no_mask":  # token 0 in the middle: a test that always writes token 0 changes nothing there
             idx[0, T // 2] = 0
         idx = idx.to(device)
-        atol = WHISPER_ATOL if variant == "whisper" else ATOL
+        atol = ATOLS.get(variant, ATOL)
         cases.append(Case((variant, config, state, idx), {"atol": atol}, label=f"{variant}, T={T}, V={V}"))
     return cases
 
@@ -55,12 +62,26 @@ def build_model(variant, config, state, device):
     model = build_gpt(config, state, device)
     if variant == "causal":
         return model
+    quiet = variant in ("whisper", "large_logits")  # a mask-free model whose attention speaks softly
     with torch.random.fork_rng(devices=[]):
-        model = leaky_gpt("no_mask" if variant == "whisper" else variant, model).to(device).eval().requires_grad_(False)
-    if variant == "whisper":
+        model = leaky_gpt("no_mask" if quiet else variant, model).to(device).eval().requires_grad_(False)
+    if quiet:
         with torch.no_grad():
             for block in model.blocks:
-                block.attn.out_proj.weight.mul_(WHISPER)
+                block.attn.out_proj.weight.mul_(WHISPER if variant == "whisper" else LARGE_LEAK)
+    if variant == "large_logits":
+        model = with_logit_offset(model.double(), LOGIT_OFFSET)
+    return model
+
+
+def with_logit_offset(model, offset):
+    """``model`` with ``offset`` added to every logit: its tied head read through a Linear with a bias."""
+    weight = model.head.weight  # [V, D], the token embedding's
+    head = torch.nn.Linear(weight.size(1), weight.size(0), bias=True, dtype=weight.dtype, device=weight.device)
+    head.weight = weight
+    with torch.no_grad():
+        head.bias.fill_(offset)
+    model.head = head.requires_grad_(False)
     return model
 
 
@@ -110,6 +131,22 @@ def _prefix_mutant(train_mode=False, compare="logits", keep="future", transpose=
                   "previous": ones.triu(diagonal=1) & ~ones.triu(diagonal=2), "all": ones}[keep]
         return (change > (atol if use_atol else 0)) & region
 
+    return leaks
+
+
+def _prefix_default_rtol(model, idx, atol=ATOL):
+    """torch.allclose(moved, base, atol=atol) per pair, its rtol left at 1e-5: at logits near 1e4 that allows a
+    change of 0.1, and a leak of 1e-2 passes."""
+    model.eval()
+    T, V = idx.size(1), vocab_size_of(model)
+    base = logits_of(model, idx)[0]  # [T, V]
+    leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+    for s in range(1, T):
+        changed = idx.clone()
+        changed[0, s] = (idx[0, s] + 1) % V
+        moved = logits_of(model, changed)[0]
+        for t in range(s):
+            leaks[t, s] = not torch.allclose(moved[t], base[t], atol=atol)
     return leaks
 
 
@@ -163,6 +200,7 @@ PREFIX_LEAKS = Task(
         "atol_ignored": _prefix_mutant(use_atol=False),  # before "transposed": on the cases both match, ties go to the first
         "transposed": _prefix_mutant(transpose=True),
         "previous_position_only": _prefix_mutant(keep="previous"),
+        "default_rtol": _prefix_default_rtol,  # before "argmax_only": on large_logits both see nothing, ties go to the first
         "argmax_only": _prefix_mutant(compare="argmax"),
         "no_triangle": _prefix_mutant(keep="all"),
     },
@@ -215,6 +253,20 @@ def _cut_mutant(train_mode=False, cut="before_s", rows="all", transpose=False):
     return leaks
 
 
+def _cut_default_rtol(model, idx, atol=ATOL):
+    """torch.allclose(part, full, atol=atol) per cut, its rtol left at 1e-5 (a change of 0.1 allowed at logits
+    near 1e4)."""
+    model.eval()
+    T = idx.size(1)
+    full = logits_of(model, idx)[0]  # [T, V]
+    leaks = torch.zeros(T, T, dtype=torch.bool, device=idx.device)
+    for s in range(1, T):
+        part = logits_of(model, idx[:, :s])[0]  # [s, V]
+        for t in range(s):
+            leaks[t, s] = not torch.allclose(part[t], full[t], atol=atol)
+    return leaks
+
+
 def _cut_list(model, idx, atol=ATOL):
     """Correct: a loop over (t, s) pairs with torch.allclose, one cut run per s."""
     model.eval()
@@ -256,6 +308,7 @@ CUT_LEAKS = Task(
         "last_output_only": _cut_mutant(rows="last"),
         "column_of_last_kept": _cut_mutant(rows="column_before"),
         "transposed": _cut_mutant(transpose=True),
+        "default_rtol": _cut_default_rtol,
     },
     course_copies=("attnlab.causality.cut_map", "attnlab.causality.find_leaks", "attnlab.causality.assert_causal"),
     alternatives=[_cut_list, _cut_shortest_first],

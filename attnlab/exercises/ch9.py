@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from ..blocked import OnlineSoftmax, tile_kind
-from ..grader import Case, Problem, Task, compare_outputs
+from ..grader import Case, Problem, Task, compare_outputs, note
+from ..grader.model import patched_names, restore_torch, torch_attributes
 from ..i18n import tr
 from ..ring import expected_tiles, ring_schedule
 from ..ring import shard_positions as course_shard_positions
@@ -396,13 +397,58 @@ EDITED_MARK = "attnlab.grader: pass_on edited k or v in place"
 
 def _watched_pass_on(k, v, group=None):
     """The learner's pass_on (``_learner_pass_on`` on the ranks), watched: once its requests are
-    done, the caller's k and v must be what they were (this step still computes with them)."""
+    done, the caller's k and v must be what they were (this step still computes with them). What the
+    call changed besides is noted in the rank's ``rank_notes`` (run_ring's report brings them back) and
+    put back: torch's functions replaced, the default dtype, torch's global RNG reseeded; and a second
+    call with new k and v that hands back the first call's buffers or requests is kept (memoized)."""
+    import torch as _torch
+
+    from attnlab.grader.model import patched_names, restore_torch, torch_attributes
+
+    seen = globals().setdefault("_pass_on_seen", [])  # per earlier call: (k given, k_next, v_next, requests)
+    reseeded = []
+    seeders = [(space, name, getattr(space, name)) for space in (_torch, _torch.random)
+               for name in ("manual_seed", "seed", "set_rng_state") if hasattr(space, name)]
+
+    def seeder(space, name, original):
+        def reseeds(*args, **kwargs):
+            reseeded.append(f"{space.__name__}.{name}")
+            return original(*args, **kwargs)
+
+        return reseeds
+
+    before, dtype = torch_attributes(), _torch.get_default_dtype()
     k_before, v_before = k.clone(), v.clone()
-    k_next, v_next, requests = _learner_pass_on(k, v, group)  # noqa: F821 - defined on the ranks
+    for space, name, original in seeders:
+        setattr(space, name, seeder(space, name, original))
+    try:
+        k_next, v_next, requests = _learner_pass_on(k, v, group)  # noqa: F821 - defined on the ranks
+    finally:
+        for space, name, original in seeders:
+            setattr(space, name, original)
+        patched = patched_names(before)
+        if patched:
+            rank_notes.append(("grader.patched_torch", {"name": patched[0]}))  # noqa: F821 - the rank's notes
+            restore_torch(before)
+        if _torch.get_default_dtype() != dtype:
+            rank_notes.append(("grader.changed_default_dtype", {"dtype": str(_torch.get_default_dtype())}))  # noqa: F821
+            _torch.set_default_dtype(dtype)
+        if reseeded:
+            rank_notes.append(("grader.reseeds_rng", {"name": reseeded[0]}))  # noqa: F821
+    old = [r for *_, earlier in seen for r in earlier]
+    kept = any(any(r is o for o in old) for r in requests)  # a gloo request waited on twice never returns
     for request in requests:
-        request.wait()
+        if not any(request is o for o in old):
+            request.wait()
     if not (torch.equal(k, k_before) and torch.equal(v, v_before)):
         raise RuntimeError("attnlab.grader: pass_on edited k or v in place")
+    for k_given, k_out, v_out, _ in seen:  # new k given, an earlier answer handed back
+        if (not torch.equal(k_before, k_given) and k_out.shape == k_next.shape and torch.equal(k_out, k_next)
+                and v_out.shape == v_next.shape and torch.equal(v_out, v_next)):
+            kept = True
+    if kept:
+        rank_notes.append(("memoized", {}))  # noqa: F821
+    seen.append((k_before, k_next.clone(), v_next.clone(), list(requests)))
     return k_next, v_next, []  # waited for here (a gloo request waited on twice never returns)
 
 
@@ -455,10 +501,13 @@ class _OneRank:
 def _cpu_buffers(fn) -> bool:
     """Does ``fn`` make its buffers on the CPU? Its source runs once here, with k and v on the meta
     device and a stand-in for torch.distributed: on GPUs (NCCL) a CPU tensor cannot be sent or
-    received. What cannot run this way (a typo, values read) says nothing: the ring shows it."""
+    received. What cannot run this way (a typo, values read) says nothing: the ring shows it. A torch
+    function it replaces, or the default dtype it sets, is put back at once (the ring is still to run
+    here) and noted."""
     from .. import ring
     from ..ring import code_of
 
+    before, dtype = torch_attributes(), torch.get_default_dtype()
     try:
         namespace = dict(vars(ring), dist=_OneRank())
         exec(compile(code_of({"pass_on": fn}), "<pass_on>", "exec"), namespace)  # noqa: S102 - the learner's code
@@ -467,20 +516,30 @@ def _cpu_buffers(fn) -> bool:
         used = namespace["dist"].devices + [t.device.type for t in (k_next, v_next) if isinstance(t, torch.Tensor)]
     except Exception:  # noqa: BLE001
         return False
+    finally:
+        patched = patched_names(before)
+        if patched:
+            note(Problem("grader.patched_torch", {"name": patched[0]}))
+            restore_torch(before)
+        if torch.get_default_dtype() != dtype:
+            note(Problem("grader.changed_default_dtype", {"dtype": str(torch.get_default_dtype())}))
+            torch.set_default_dtype(dtype)
     return any(device != "meta" for device in used)
 
 
 def _on_the_ring(fn, P, layout, causal, seed):
     """Run the course's ring_attention with ``fn`` as its pass_on on P gloo processes; return
     the attention output of the whole sequence [1, 1, T, d], assembled from every rank, and
-    what the ring saw besides: ``tensor([k or v edited in place, buffers made on the CPU])``."""
+    what the ring saw besides: ``tensor([k or v edited in place, buffers made on the CPU, an earlier answer
+    handed back])``; what the ranks noted besides (torch patched, the default dtype changed, the RNG reseeded)
+    is noted for the grader (``note``)."""
     from ..ring import RingJob, RingTimeout, run_ring
     from ..ring import shard_positions as positions_of
 
     _warm_up()
     T = 24
-    flags = torch.tensor([0, int(_cpu_buffers(fn))])
-    out = torch.full((1, 1, T, 4), float("nan"))
+    flags = torch.tensor([0, int(_cpu_buffers(fn)), 0])
+    out = torch.full((1, 1, T, 4), float("nan"), dtype=torch.float32)
     job = RingJob(T=T, layout=layout, causal=causal, block=2, heads=1, d=4, check=False, keep_output=True, seed=seed)
     try:
         result = run_ring([job], P, code={"_learner_pass_on": fn, "pass_on": _watched_pass_on},
@@ -500,6 +559,11 @@ def _on_the_ring(fn, P, layout, causal, seed):
         raise RuntimeError(last) from None
     for rank, report in enumerate(result.ranks):
         out[..., positions_of(T, P, layout)[rank], :] = torch.tensor(report.output)
+        for key, params in report.notes:
+            if key == "memoized":
+                flags[2] = 1
+            else:
+                note(Problem(key, params))
     return out, flags
 
 
@@ -510,7 +574,9 @@ def _compare_ring(expected, got):
                                                   got_flags.tolist()) if flag]
     if not got_flags[0]:  # edited: the ring stopped, there is no output to compare
         values = compare_outputs(expected_out, got_out)
-        if values is not None:
+        if got_flags[2]:  # the second call handed back the first one's answer: that is why the values differ
+            problems.insert(0, Problem("grader.memoized", detail=values))
+        elif values is not None:
             problems.append(values)
     if not problems:
         return None

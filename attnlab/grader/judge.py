@@ -372,18 +372,7 @@ class Grader:
 
     # --- the mistakes an output shows
     def output_of(self, name: str, fn: Callable, case: Case, index: int) -> Any:
-        """The output of the reference or a mutant on case ``index``: each runs once per kernel
-        (the cases are the same on every run, and so are their seeds)."""
-        key = (self.task.id, index, name)
-        if key not in _OUTPUTS:
-            try:
-                _OUTPUTS[key] = (True, self.task.run(fn, case))
-            except Exception as error:  # noqa: BLE001
-                _OUTPUTS[key] = (False, error)
-        ok, value = _OUTPUTS[key]
-        if not ok:
-            raise value
-        return value
+        return output_of(self.task, name, fn, case, index)
 
     def mutant_outputs(self, case: Case) -> dict[str, Any]:
         outputs = {}
@@ -393,6 +382,21 @@ class Grader:
             except Exception:  # noqa: BLE001 - a mutant that cannot run on this case says nothing
                 continue
         return outputs
+
+    def nan_fits(self, name: str, cases: list[Case], outputs: list[Any], called: list[bool]) -> bool:
+        """Is the mutant ``name`` NaN exactly where the learner's output is, on every case both ran?"""
+        mutant = self.task.mutants[name]
+        for j, case in enumerate(cases):
+            if case.judge is not None or not called[j]:
+                continue
+            try:
+                wrong = self.output_of(name, mutant, case, j)
+            except Exception:  # noqa: BLE001 - a mutant that cannot run on this case says nothing here
+                continue
+            mine, theirs = _nan_pattern(outputs[j]) or [], _nan_pattern(wrong) or []
+            if len(mine) != len(theirs) or any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(mine, theirs)):
+                return False
+        return True
 
     def mutant_matches(self, case: Case, reference: Any, got: Any) -> list[str]:
         return [name for name, wrong in self.mutant_outputs(case).items()
@@ -573,6 +577,11 @@ class Grader:
             except Exception:  # noqa: BLE001 - an output the comparison cannot even read
                 problems.append(Problem("grader.unreadable", {"got": _type_name(got)}))
             extras.append(watch.problems(task))
+        # NaN is named after a mutant only where the learner's NaNs are that mutant's on every case (an answer
+        # that is NaN on every row is not "the maximum over blocked keys" because that mutant is NaN on one case).
+        for i, names in enumerate(matches):
+            if names and _nan_pattern(outputs[i]) is not None:
+                matches[i] = [name for name in names if self.nan_fits(name, cases, outputs, called)]
         # One name per mistake: of the mutants that match a case, the one that matches most cases
         # (a window hard-coded to W = 3 is "W ignored" everywhere, not "one key too many" at W = 2).
         counts = Counter(name for names in matches for name in names)
@@ -621,6 +630,30 @@ class Grader:
                     problems[i].also.extend(more)
         failures = [Failure(n + 1, case.label, p) for n, (case, p) in enumerate(zip(cases, problems)) if p is not None]
         return Result(task.id, len(cases) - len(failures), len(cases), failures)
+
+
+def _nan_pattern(value: Any) -> list[torch.Tensor] | None:
+    """Where the floating-point tensors in ``value`` are NaN (one bool tensor each); None when nothing is NaN."""
+    try:
+        pattern = [t.detach().isnan().cpu() for t in _tensors(value) if t.is_floating_point() and not t.is_meta]
+    except Exception:  # noqa: BLE001
+        return None
+    return pattern if any(bool(p.any()) for p in pattern) else None
+
+
+def output_of(task: Task, name: str, fn: Callable, case: Case, index: int) -> Any:
+    """The output of the reference (``name`` "") or of the mutant ``name`` on case ``index`` of ``task``: each
+    runs once per kernel (the cases are the same on every run, and so are their seeds); raises what it raised."""
+    key = (task.id, index, name)
+    if key not in _OUTPUTS:
+        try:
+            _OUTPUTS[key] = (True, task.run(fn, case))
+        except Exception as error:  # noqa: BLE001
+            _OUTPUTS[key] = (False, error)
+    ok, value = _OUTPUTS[key]
+    if not ok:
+        raise value
+    return value
 
 
 _TWINS: dict[str, list[Case]] = {}

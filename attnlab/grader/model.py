@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -84,10 +85,20 @@ class Task:
         return compare_outputs(expected, got, atol=self.atol, rtol=self.rtol)
 
     def make_cases(self, seed: int | None = None) -> list[Case]:
-        """The cases; with another ``seed``, cases of the same sizes and new values."""
-        generator = torch.Generator().manual_seed(self.seed if seed is None else seed)
-        with pristine_torch(), default_dtype(), torch.random.fork_rng(devices=[]):
-            return self.cases(generator)
+        """The cases; with another ``seed``, cases of the same sizes and new values. They are the same on every
+        call (a seeded generator), so each task makes them once per process and hands out copies: building the
+        models of exercises 4, 5 and 10 costs a second or more, and every check and test asks again."""
+        seed = self.seed if seed is None else seed
+        key = (self.id, self.cases, seed)
+        if key not in _CASES:
+            generator = torch.Generator().manual_seed(seed)
+            with pristine_torch(), default_dtype(), torch.random.fork_rng(devices=[]):
+                _CASES[key] = self.cases(generator)
+        with pristine_torch():  # a learner's function may change what it is handed (a config): copies
+            return copy.deepcopy(_CASES[key])
+
+
+_CASES: dict[tuple, list[Case]] = {}  # (task id, case function, seed): the cases as first made
 
 
 @contextlib.contextmanager

@@ -1,0 +1,95 @@
+"""Write docs/grader-verdicts.md: every learner answer of issue 33 in tests/grader_answers.py
+(``NEW_WRONG``, ``NEW_RIGHT``) run through ``attnlab.grader.grade``, in English.
+
+    .venv/bin/python -m tools.grader_verdicts          # rewrite the file
+    .venv/bin/python -m tools.grader_verdicts --check  # exit 1 if the file would change
+
+tests/test_grader.py asserts the same verdicts (each wrong answer loses points and gets its key in
+every language, each right one full marks); this page shows them to a reader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "grader-verdicts.md"
+HEAD = """# Grader verdicts on new learner answers (issue 33)
+
+Each answer below is in `tests/grader_answers.py` (`NEW_WRONG`, `NEW_RIGHT`) and was run through
+`attnlab.grader.grade` (what `check()` prints), in English; the tests assert the same verdicts and
+that the named message appears in en, de and zh. `expected` is the message key the answer must get.
+Written by `.venv/bin/python -m tools.grader_verdicts`.
+"""
+
+
+def _keys(problem, task_id: str) -> list[str]:
+    """The problem's key, then its detail's, then the further mistakes', in that order."""
+    found = [problem.key]
+    for other in ([problem.detail] if problem.detail else []) + problem.also:
+        found += _keys(other, task_id)
+    return found
+
+
+def _named(result, task_id: str) -> list[str]:
+    names: list[str] = []
+    for failure in result.failures:
+        for key in _keys(failure.problem, task_id):
+            short = key.replace(f"grader.mutant.{task_id}.", "mutant:")
+            if short not in names:
+                names.append(short)
+    return names
+
+
+def rows() -> dict[str, list[str]]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from grader_answers import NEW_RIGHT, NEW_WRONG  # noqa: E402 - the tests' answers
+
+    from attnlab import grader, i18n
+    from attnlab.exercises import all_tasks
+
+    i18n.set_language("en")
+    out: dict[str, list[str]] = {}
+    for task_id, task in all_tasks().items():
+        answers = [(what, fn, key, "wrong") for what, fn, key in NEW_WRONG.get(task_id, [])]
+        answers += [(what, fn, None, "right") for what, fn in NEW_RIGHT.get(task_id, [])]
+        for what, fn, key, kind in answers:
+            result = grader.grade(task_id, fn)
+            named = _named(result, task_id)
+            every = {k for f in result.failures for k in _keys(f.problem, task_id)}
+            expected = result.passed if kind == "right" else (not result.passed and (key is None or key in every))
+            shown = ", ".join(f"`{k}`" for k in named[:4]) or "—"
+            out.setdefault(task.exercise, []).append(
+                f"| `{task_id}` | {what} | {kind} | {result.points}/{result.total} | {shown} | {'yes' if expected else 'NO'} |")
+    return out
+
+
+def text() -> str:
+    parts = [HEAD]
+    wrong = 0
+    for exercise, lines in sorted(rows().items()):
+        parts.append(f"## {exercise}\n\n| task | answer | kind | verdict | named (first keys) | as expected |\n"
+                     "|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
+        wrong += sum(line.endswith("| NO |") for line in lines)
+    parts.append(f"Answers not graded as expected: {wrong}.\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/grader-verdicts.md would change")
+    args = parser.parse_args(argv)
+    new = text()
+    if args.check:
+        same = DOC.read_text("utf-8") == new
+        print("docs/grader-verdicts.md is up to date" if same else "docs/grader-verdicts.md is stale")
+        return 0 if same else 1
+    DOC.write_text(new, "utf-8")
+    print(f"wrote {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
