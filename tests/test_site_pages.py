@@ -48,7 +48,23 @@ class Seen:
 # chapter 8 either way): auditing only the article (a run over the rest of the page still took
 # most of the time: axe models the whole page whatever it checks), and auditing the contrast of
 # one highlighted code token per look instead of all 4743.
-START_AXE = """() => { window.attnlabAxe = axe.run(document, {resultTypes: ["violations"]}); }"""
+# It waits for the page to settle first: MathJax done, then 0.4 s without a change under
+# #main-content. The theme gives each scrollable code block its tab stop 0.3 s after the last such
+# change (pydata-sphinx-theme.js, debounced); axe started right after the network went quiet once
+# found a block that had just become scrollable without it.
+START_AXE = """() => {
+  const quiet = () => new Promise(done => {
+    let timer;
+    const observer = new MutationObserver(() => { clearTimeout(timer); timer = setTimeout(finish, 400); });
+    function finish() { observer.disconnect(); done(); }
+    observer.observe(document.getElementById("main-content") || document.body, {subtree: true, childList: true});
+    timer = setTimeout(finish, 400);
+    setTimeout(finish, 10000);  // a page that never settles is audited as it is then
+  });
+  const typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
+  window.attnlabAxe = Promise.resolve(typeset).then(quiet)
+    .then(() => axe.run(document, {resultTypes: ["violations"]}));
+}"""
 
 
 # Every Font Awesome 6 character that the page's styles put before or after an element (shown or
@@ -67,6 +83,9 @@ ICONS = """() => {
   }
   return [...out];
 }"""
+
+# ICONS, started without waiting (it reads the style of every element: 0.3 s a page); read later.
+START_ICONS = "() => { window.attnlabIcons = new Promise(done => setTimeout(() => done((" + ICONS + ")()), 0)); }"
 
 
 def check_every_control(rel, visit, errors_before):
@@ -107,6 +126,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
     def ready(visit):
         if visit.page.url in widget_urls:
             visit.page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=WAIT_MS)
+        visit.page.evaluate(START_ICONS)  # in the page's own process, while the others load
         if visit.page.url in audited_urls:  # the page as it first shows, before any click
             visit.page.add_script_tag(content=axe)
             visit.page.evaluate(START_AXE)
@@ -120,7 +140,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
             now = seen[rel] = Seen(list(visit.errors), list(visit.failed), visit.remote_requests())
             clock = time.monotonic()
             now.icons = [(family, int(code)) for family, code in
-                         (item.rsplit("|", 1) for item in visit.page.evaluate(ICONS))]
+                         (item.rsplit("|", 1) for item in visit.page.evaluate("window.attnlabIcons"))]
             spent["icons"] = time.monotonic() - clock
             if rel in audited:
                 clock = time.monotonic()
