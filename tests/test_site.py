@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 import pytest
 
 from site_support import LANGS, REPO, WAIT_MS, Page, Visit, frames_after_change, pages, visible_frames
+from tools import site
 
 
 def test_three_languages_and_a_root_page_that_offers_all(html_root):
@@ -57,15 +58,21 @@ def test_no_page_loads_a_script_or_stylesheet_from_the_internet(html_root, lang)
 @pytest.mark.parametrize("lang", LANGS)
 def test_chapter_page_serves_mathjax_and_widget_manager_locally_with_widget_state(html_root, lang):
     text = (html_root / lang / "chapters" / lang / "01-causal-mask.html").read_text("utf-8")
-    scripts = Page(text).scripts
-    assert any(s.startswith("../../_static/assets/mathjax/tex-mml-chtml.js") for s in scripts)
-    for name in ("require-config.js", "require.js", "embed-amd.js"):
-        assert any(f"_static/assets/widgets/{name}" in s for s in scripts), name
-    assert scripts.index(next(s for s in scripts if "require-config" in s)) < \
-        scripts.index(next(s for s in scripts if s.split("?")[0].endswith("/require.js")))
+    scripts = [s.split("?")[0] for s in Page(text).scripts]
+    assert "../../_static/assets/mathjax/startup.js" in scripts  # MathJax's loader, which loads the rest
+    assert "../../_static/assets/widgets/embed.js" in scripts  # the standalone widget manager
+    # no RequireJS, no AMD build of the manager, no combined MathJax with its menu and MathML input
+    assert not [s for s in scripts if re.search(r"require|embed-amd|tex-mml-chtml", s)], scripts
     assert "application/vnd.jupyter.widget-state+json" in text
     assert text.count("THEBE_JS_URL =") <= 1
-    assert (html_root / lang / "_static" / "assets" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+    assets = html_root / lang / "_static" / "assets"
+    assert all((assets / "mathjax" / name).is_file() for name in site.MATHJAX_FILES)
+    assert not (assets / "mathjax" / "tex-mml-chtml.js").exists() and not (assets / "widgets" / "require.js").exists()
+    assert (assets / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+
+
+HEAVIEST_RAW, HEAVIEST_GZIP = 4_300_000, 1_300_000  # bytes as first_visit counts them (no fonts): 4.12, 1.21 MB
+WIDGETLESS_RAW = 1_600_000  # 1.55 MB
 
 
 def own_weight(page: pathlib.Path) -> int:
@@ -89,22 +96,28 @@ def gzip_size(path: pathlib.Path) -> int:
 
 def first_visit(page: pathlib.Path) -> tuple[int, int]:
     """(bytes, gzip bytes) of a first visit to ``page`` as its HTML names it: the page, its scripts,
-    stylesheets and images. Fonts the stylesheets load come on top (measured in a browser: about
-    0.35 MB raw on the heaviest page; README, "Page weight")."""
+    stylesheets and images, and the MathJax components that its loader (startup.js) fetches.
+    Fonts the stylesheets load come on top (measured in a browser: about 0.08 MB on the heaviest
+    page; README, "Page weight")."""
     parsed = Page(page.read_text("utf-8"))
     images = set(re.findall(r'src="([^"]*_images/[^"]+)"', page.read_text("utf-8")))
     files = {(page.parent / url.split("?")[0]).resolve() for url in parsed.scripts + parsed.styles} | \
         {(page.parent / src).resolve() for src in images} | {page}
+    loader = next((f for f in files if f.name == "startup.js" and f.parent.name == "mathjax"), None)
+    if loader:
+        files |= {loader.parent / name for name in site.MATHJAX_FILES}
     files = {f for f in files if f.is_file()}
     return sum(f.stat().st_size for f in files), sum(gzip_size(f) for f in files)
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_first_visit_stays_light_and_loads_no_font_awesome_script(html_root, lang):
-    # The theme's fontawesome.js (1.5 MB) is dropped by tools/site.py: its stylesheet draws the
-    # same icons from Font Awesome's web fonts. The heaviest first visit (a chapter with
-    # widgets: the widget manager is 3.6 MB) was 8.6 MB and is about 7.1 MB, 2.5 MB gzip-compressed
-    # as web servers send it; a page without widgets about 2.4 MB.
+    # Measured in Chromium with an empty cache (README, "Page weight"), the heaviest first visit, a
+    # Chinese chapter with widgets, was 8.6 MB, then 7.1 MB without the theme's fontawesome.js
+    # (1.5 MB), and is now 4.2 MB (1.4 MB gzip-compressed, as web servers send it): the widget
+    # manager's standalone embed.js (1.9 MB) without RequireJS instead of embed-amd.js (3.6 MB),
+    # MathJax without its menu and MathML input, Font Awesome cut to the icons the pages show, the
+    # widget frames at zlib's level 9. A page without widgets: 2.3 MB, now 1.5 MB.
     weights = {}
     for path in pages(html_root, lang):
         if "_static" in path.parts or "_sources" in path.parts:
@@ -112,10 +125,10 @@ def test_a_first_visit_stays_light_and_loads_no_font_awesome_script(html_root, l
         assert "fontawesome.js" not in path.read_text("utf-8"), path
         weights[path.relative_to(html_root).as_posix()] = first_visit(path)
     assert not (html_root / lang / "_static" / "scripts" / "fontawesome.js").exists()
-    heavy = {rel: w for rel, w in weights.items() if w[1] >= 3_000_000 or w[0] >= 7_500_000}
+    heavy = {rel: w for rel, w in weights.items() if w[0] >= HEAVIEST_RAW or w[1] >= HEAVIEST_GZIP}
     assert heavy == {}, heavy
     widgetless = {rel: w for rel, w in weights.items() if "widget-state" not in (html_root / rel).read_text("utf-8")}
-    assert widgetless and max(w[0] for w in widgetless.values()) < 3_000_000, max(widgetless.values())
+    assert widgetless and max(w[0] for w in widgetless.values()) < WIDGETLESS_RAW, max(widgetless.values())
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -233,10 +246,15 @@ def test_math_is_typeset_by_the_local_mathjax(server, browser, lang):
     visit = Visit(browser, f"{server}/{lang}/chapters/{lang}/01-causal-mask.html")
     visit.page.wait_for_selector("mjx-container", state="attached", timeout=WAIT_MS)
     assert visit.page.locator("mjx-container").count() > 20
-    assert any("/_static/assets/mathjax/tex-mml-chtml.js" in u for u in visit.requests)
+    # every formula keeps its hidden MathML, what a screen reader reads (a11y/assistive-mml)
+    visit.page.wait_for_function("document.querySelectorAll('mjx-container').length === "
+                                 "document.querySelectorAll('mjx-container mjx-assistive-mml').length")
+    loaded = [u.split("?")[0].split("/_static/assets/mathjax/")[1] for u in visit.requests if "/_static/assets/mathjax/" in u]
+    assert set(site.MATHJAX_FILES) <= set(loaded), loaded  # MathJax's components, all from the site
+    assert not [u for u in loaded if u.startswith(("ui/", "input/mml"))], loaded  # no menu, no MathML input
     assert visit.page.evaluate("window.MathJax.version").startswith("3.")
+    assert visit.errors == []
     visit.close()
-
 
 
 def test_widgets_respond_when_the_page_is_opened_from_disk(html_root, browser):
@@ -330,3 +348,57 @@ def test_an_explorers_alt_text_follows_its_controls_and_they_work_by_keyboard(se
     page.wait_for_function("() => [...document.querySelectorAll('img.widget-image')].some(e => / aus$/.test(e.alt))")
     assert visit.errors == []
     visit.close()
+
+
+def test_the_pdf_link_is_made_only_when_make_pdf_made_the_pdf(tmp_path, monkeypatch):
+    # Without _build/pdf/<lang>.pdf (make book without make pdf): no link, nothing copied.
+    monkeypatch.setattr(site, "PDF_DIR", tmp_path / "pdf")
+    monkeypatch.setattr(site, "HTML", tmp_path / "html")
+    for lang in LANGS:
+        assert site.pdf_link(lang) == {} and site.copy_pdf(lang) is None
+    assert not (tmp_path / "html").exists()
+    # With them: a link in each language's words to _static/downloads/<lang>.pdf, and the file there.
+    (tmp_path / "pdf").mkdir()
+    words = {"en": "Course (PDF)", "de": "Kurs (PDF)", "zh": "课程 PDF"}
+    for lang in LANGS:
+        (tmp_path / "pdf" / f"{lang}.pdf").write_bytes(b"%PDF-1.7 " + lang.encode())
+        link = site.pdf_link(lang)
+        assert link["file"] == f"_static/downloads/{lang}.pdf" and link["text"] == words[lang]
+        copied = site.copy_pdf(lang)
+        assert copied == tmp_path / "html" / lang / "_static" / "downloads" / f"{lang}.pdf"
+        assert copied.read_bytes() == b"%PDF-1.7 " + lang.encode()
+    assert len({site.pdf_link(lang)["tooltip"] for lang in LANGS}) == 3  # each in its language
+
+
+def test_the_pdf_link_goes_into_the_themes_download_menu():
+    from tools.sphinx_ext import attnlab_site
+
+    def context():
+        return {"pathto": lambda name, resource: f"../../{name}",
+                "header_buttons": [{"type": "link", "label": "repository-button"},
+                                   {"type": "group", "label": "download-buttons", "buttons": [{"type": "link"}]}]}
+
+    without = context()
+    assert not attnlab_site.add_pdf_link(without, {}) and without["header_buttons"] == context()["header_buttons"]
+    assert not attnlab_site.add_pdf_link({"header_buttons": []}, {"file": "x.pdf", "text": "t", "tooltip": "t"})
+    page = context()
+    assert attnlab_site.add_pdf_link(page, {"file": "_static/downloads/de.pdf", "text": "Kurs (PDF)", "tooltip": "…"})
+    added = page["header_buttons"][1]["buttons"][-1]
+    assert added["url"] == "../../_static/downloads/de.pdf" and added["text"] == "Kurs (PDF)"
+    assert added["icon"] == "fas fa-file-pdf" and added["type"] == "link"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_built_sites_pdf_link_is_there_exactly_when_its_pdf_is(html_root, lang):
+    # The suite's build has a PDF only where `make pdf` ran before it; either way no link leads nowhere.
+    pdf = html_root / lang / "_static" / "downloads" / f"{lang}.pdf"
+    menus = 0
+    for path in pages(html_root, lang):
+        text = path.read_text("utf-8")
+        if "_static" in path.parts or "dropdown-download-buttons" not in text:
+            continue
+        menus += 1
+        links = re.findall(r'<a href="([^"]+)"[^>]*\n?\s*class="btn btn-sm btn-download-course-pdf-button', text)
+        assert len(links) == (1 if pdf.exists() else 0), path
+        assert all((path.parent / href).resolve() == pdf.resolve() for href in links), (path, links)
+    assert menus >= 20

@@ -7,7 +7,9 @@ The three checks used to load the pages three times (about 520 s of a 2-core mac
 naming every page that fails, not only the first.
 """
 
+import json
 import re
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -38,6 +40,52 @@ class Seen:
     violations: list | None = None  # axe: (rule, first node's HTML) of the serious ones; None: not audited
     alts: list | None = None  # the explorers' frame descriptions (audited pages)
     controls: str | None = None  # what went wrong with the explorer's controls; None: all fine or none
+    icons: list = field(default_factory=list)  # (family, code point) of every Font Awesome 6 icon it can draw
+
+
+# axe over the whole page, started without waiting; the promise is read later (window.attnlabAxe).
+# Tried and dropped, as they saved nothing clear on a loaded 2-core machine (11-18 s per audit of
+# chapter 8 either way): auditing only the article (a run over the rest of the page still took
+# most of the time: axe models the whole page whatever it checks), and auditing the contrast of
+# one highlighted code token per look instead of all 4743.
+# It waits for the page to settle first: MathJax done, then 0.4 s without a change under
+# #main-content. The theme gives each scrollable code block its tab stop 0.3 s after the last such
+# change (pydata-sphinx-theme.js, debounced); axe started right after the network went quiet once
+# found a block that had just become scrollable without it.
+START_AXE = """() => {
+  const quiet = () => new Promise(done => {
+    let timer;
+    const observer = new MutationObserver(() => { clearTimeout(timer); timer = setTimeout(finish, 400); });
+    function finish() { observer.disconnect(); done(); }
+    observer.observe(document.getElementById("main-content") || document.body, {subtree: true, childList: true});
+    timer = setTimeout(finish, 400);
+    setTimeout(finish, 10000);  // a page that never settles is audited as it is then
+  });
+  const typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
+  window.attnlabAxe = Promise.resolve(typeset).then(quiet)
+    .then(() => axe.run(document, {resultTypes: ["violations"]}));
+}"""
+
+
+# Every Font Awesome 6 character that the page's styles put before or after an element (shown or
+# hidden: a hidden menu's icon shows when the menu opens), with the family that draws it.
+ICONS = """() => {
+  const out = new Set();
+  for (const el of document.querySelectorAll("body *")) {
+    for (const pseudo of ["::before", "::after"]) {
+      const style = getComputedStyle(el, pseudo);
+      if (!style.fontFamily.includes("Font Awesome 6")) continue;
+      for (const ch of style.content) {
+        const code = ch.codePointAt(0);
+        if (code >= 0xe000 && code <= 0xf8ff) out.add(style.fontFamily.replace(/"/g, "") + "|" + code);
+      }
+    }
+  }
+  return [...out];
+}"""
+
+# ICONS, started without waiting (it reads the style of every element: 0.3 s a page); read later.
+START_ICONS = "() => { window.attnlabIcons = new Promise(done => setTimeout(() => done((" + ICONS + ")()), 0)); }"
 
 
 def check_every_control(rel, visit, errors_before):
@@ -62,44 +110,71 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
     # scripts come from its cache after the first page (a fresh context per page fetched and
     # parsed them again for each of about a hundred pages). Every request is still recorded,
     # and one to another host is aborted, which also shows as a console error.
-    # Four pages load at once. They used to load one after the other: at four at a time, the widget
-    # manager of a page now and then asked for its Font Awesome files under the page's own folder
-    # (404). The cause: embed-amd.js defines six AMD modules, and each takes its webpack public
-    # path from its own RequireJS URL; only one of them had a path, the others' URLs were under
-    # the page (RequireJS's baseUrl), so their @font-face rules pointed there, and which rule the
-    # browser used first was a matter of timing. tools/web/require-config.js gives every module a
-    # path; test_the_widget_managers_fonts_all_come_from_its_own_folder keeps it so.
+    # Four pages load at once (a RequireJS race once sent the widget manager's font requests
+    # under the page's folder; the site now loads the manager without RequireJS, and
+    # test_the_widget_managers_fonts_all_come_from_its_own_folder keeps its fonts in its folder).
+    # axe starts on each page of the four as soon as it has loaded, so the four audits run in their
+    # own renderer processes at once; each is read before that page's controls are clicked.
     assert AXE.exists(), "axe-core missing: tools/site.py installs web/package-lock.json"
     axe = AXE.read_text("utf-8")
     rels = list(all_pages(html_root))
     with_widgets = set(widget_pages(html_root))
     audited = audited_pages(rels, with_widgets)
+    audited_urls = {f"{server}/{rel}" for rel in audited}
     widget_urls = {f"{server}/{rel}" for rel in with_widgets}
 
     def ready(visit):
         if visit.page.url in widget_urls:
             visit.page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=WAIT_MS)
+        visit.page.evaluate(START_ICONS)  # in the page's own process, while the others load
+        if visit.page.url in audited_urls:  # the page as it first shows, before any click
+            visit.page.add_script_tag(content=axe)
+            visit.page.evaluate(START_AXE)
 
-    seen = {}
+    seen, seconds = {}, {}  # seconds: rel -> {"wait": loading (four at a time), "axe": ..., "controls": ...}
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    clock = time.monotonic()
     try:
         for rel, visit in zip(rels, visit_all(browser, context, [f"{server}/{rel}" for rel in rels], ready)):
+            spent = seconds[rel] = {"wait": time.monotonic() - clock}
             now = seen[rel] = Seen(list(visit.errors), list(visit.failed), visit.remote_requests())
-            if rel in audited:  # before the controls are clicked: the page as it first shows
-                visit.page.add_script_tag(content=axe)
-                result = visit.page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+            clock = time.monotonic()
+            now.icons = [(family, int(code)) for family, code in
+                         (item.rsplit("|", 1) for item in visit.page.evaluate("window.attnlabIcons"))]
+            spent["icons"] = time.monotonic() - clock
+            if rel in audited:
+                clock = time.monotonic()
+                result = visit.page.evaluate("window.attnlabAxe")
                 now.violations = [(v["id"], v["nodes"][0]["html"][:120]) for v in result["violations"]
                                   if v["impact"] in ("critical", "serious")]
                 now.alts = visit.page.eval_on_selector_all("img.widget-image", "els => els.map(e => e.alt)")
+                spent["axe"] = time.monotonic() - clock
             if rel in with_widgets:
+                clock = time.monotonic()
                 try:
                     check_every_control(rel, visit, len(visit.errors))
                 except Exception as error:  # noqa: BLE001  (an assertion, or Playwright's timeout)
                     now.controls = "".join(traceback.format_exception_only(error)).strip()
+                spent["controls"] = time.monotonic() - clock
+            clock = time.monotonic()
     finally:
         context.close()
+        write_timing(seconds)
     assert list(seen) == rels
     return seen
+
+
+TIMING = site.BUILD / "site-pages-timing.json"
+
+
+def write_timing(seconds):
+    """Where the page pass spent its time (issue 31), per phase and per page, slowest first:
+    _build/site-pages-timing.json."""
+    phases = sorted({phase for spent in seconds.values() for phase in spent})
+    totals = {phase: round(sum(spent.get(phase, 0) for spent in seconds.values()), 1) for phase in phases}
+    pages = sorted(seconds.items(), key=lambda item: -sum(item[1].values()))
+    TIMING.write_text(json.dumps({"total": round(sum(totals.values()), 1), "phases": totals, "pages": {
+        rel: {phase: round(value, 2) for phase, value in spent.items()} for rel, spent in pages}}, indent=1), "utf-8")
 
 
 def test_every_page_loads_without_console_errors_or_remote_requests(every_page):
@@ -126,3 +201,26 @@ def test_no_page_has_a_critical_or_serious_accessibility_violation(every_page):
         if rel.startswith("zh/"):
             assert all(re.search(r"[\u4e00-\u9fff]", text) for text in texts), (rel, texts)
     assert sum(len(texts) for texts in alts.values()) >= 9 * 3
+
+
+def test_every_icon_a_page_draws_is_in_the_cut_font_awesome_fonts(html_root, every_page):
+    # tools/site.py cuts Font Awesome's web fonts to the icons the pages name (cut_font_awesome);
+    # a glyph missing there would show as an empty box. The pages draw about twenty icons.
+    from fontTools.ttLib import TTFont
+
+    fonts = {}
+    for lang in {rel.split("/")[0] for rel in every_page}:
+        folder = html_root / lang / site.ICON_FONTS
+        fonts[lang] = {name: set(TTFont(str(folder / f"{name}.woff2")).getBestCmap())
+                       for name in ("fa-solid-900", "fa-regular-400", "fa-brands-400")}
+    missing, drawn = {}, set()
+    for rel, seen in every_page.items():
+        have = fonts[rel.split("/")[0]]
+        for family, code in seen.icons:
+            drawn.add(code)
+            names = ("fa-brands-400",) if "Brands" in family else ("fa-solid-900", "fa-regular-400")
+            if not any(code in have[name] for name in names):
+                missing.setdefault(rel, []).append(f"{family} U+{code:04X}")
+    assert missing == {}, missing
+    assert len(drawn) >= 10  # the theme's own icons: menu, search, colour modes, download, GitHub, ...
+    assert all(sum(len(cmap) for cmap in by_name.values()) < 100 for by_name in fonts.values())  # cut, not whole

@@ -7,7 +7,7 @@ Each build uses _config.yml and _toc.yml with four overrides: the Sphinx
 ``language`` (theme words, search stemmer; zh_CN uses jieba), the title, the
 toc paths (chapters/en/ -> chapters/<lang>/, the same for exercises/ and
 solutions/) and the toc's part captions (PART_CAPTIONS). Third-party JavaScript
-(MathJax 3, RequireJS, the ipywidgets HTML manager) is installed by npm from
+(MathJax 3, the ipywidgets HTML manager) is installed by npm from
 web/package-lock.json and copied into the site, so no page fetches anything
 from the internet. Builds run with warnings as errors.
 
@@ -20,6 +20,7 @@ font stack, so only a browser without a CJK font downloads it.
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import html
 import http.server
@@ -29,6 +30,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
+import zlib
 
 import yaml
 
@@ -37,6 +40,10 @@ BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 ASSETS = BUILD / "site_assets"
 NODE_MODULES = ROOT / "web" / "node_modules"
+# MathJax 3 as separate components (mathjax/es5/...): the loader first (_config.yml's mathjax_path;
+# its mathjax3_config names the three components to load), the rest as the loader asks for them.
+MATHJAX_FILES = ("startup.js", "core.js", "input/tex.js", "output/chtml.js", "output/chtml/fonts/tex.js",
+                 "a11y/assistive-mml.js")
 SPHINX_LANGUAGE = {"en": "en", "de": "de", "zh": "zh_CN"}
 SITE_CSS = ROOT / "tools" / "web" / "attnlab.css"
 WEB_FONT = pathlib.Path("_static") / "assets" / "fonts" / "attnlab-cjk.woff2"  # inside each language site
@@ -71,21 +78,25 @@ def copy_assets() -> None:
     out = ASSETS / "_static" / "assets"
     shutil.rmtree(ASSETS, ignore_errors=True)
     mathjax = NODE_MODULES / "mathjax" / "es5"
-    (out / "mathjax").mkdir(parents=True)
-    shutil.copy2(mathjax / "tex-mml-chtml.js", out / "mathjax")
+    # MathJax's loader and the components the pages use (TeX in, CommonHTML out, the hidden MathML
+    # that screen readers read), not the combined tex-mml-chtml.js: that one adds MathML input and
+    # the context menu (0.43 MB of its 1.17 MB), which no page uses. _config.yml names the list.
+    for component in MATHJAX_FILES:
+        (out / "mathjax" / component).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(mathjax / component, out / "mathjax" / component)
     shutil.copytree(mathjax / "output" / "chtml" / "fonts" / "woff-v2", out / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2")
     shutil.copytree(mathjax / "input" / "tex" / "extensions", out / "mathjax" / "input" / "tex" / "extensions")
     shutil.copy2(NODE_MODULES / "mathjax" / "LICENSE", out / "mathjax" / "LICENSE")
     widgets = out / "widgets"
     widgets.mkdir()
+    # The widget manager's standalone bundle (1.9 MB): it needs no RequireJS and finds its Font
+    # Awesome files beside itself (webpack's public path is its own script's URL). embed-amd.js,
+    # its AMD build, is 3.6 MB and needs RequireJS (0.09 MB) with a path for each of its modules.
     manager = NODE_MODULES / "@jupyter-widgets" / "html-manager" / "dist"
     for path in manager.iterdir():
-        if path.name == "embed-amd.js" or path.suffix in (".woff", ".woff2"):  # every current browser
+        if path.name == "embed.js" or path.suffix in (".woff", ".woff2"):  # every current browser
             shutil.copy2(path, widgets / path.name)
     shutil.copy2(manager / "embed.js.LICENSE.txt", widgets / "embed.js.LICENSE.txt")
-    shutil.copy2(NODE_MODULES / "requirejs" / "require.js", widgets / "require.js")
-    for name in ("require-config.js",):
-        shutil.copy2(ROOT / "tools" / "web" / name, widgets / name)
     for name in ("mathjax2-shim.js", "widget-alt.js", "attnlab.css"):
         shutil.copy2(ROOT / "tools" / "web" / name, out / name)
 
@@ -96,6 +107,7 @@ def language_files(lang: str) -> tuple[pathlib.Path, pathlib.Path]:
     config["title"] = TITLES[lang]
     config["sphinx"]["config"]["language"] = SPHINX_LANGUAGE[lang]
     config["sphinx"]["config"]["attnlab_language"] = lang
+    config["sphinx"]["config"]["attnlab_pdf"] = pdf_link(lang)
     # Paths in _config.yml are relative to the repository root; this copy lives elsewhere.
     config["sphinx"]["local_extensions"] = {name: str(ROOT / path) for name, path
                                             in config["sphinx"]["local_extensions"].items()}
@@ -109,6 +121,37 @@ def language_files(lang: str) -> tuple[pathlib.Path, pathlib.Path]:
     config_path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), "utf-8")
     toc_path.write_text(toc_text, "utf-8")
     return config_path, toc_path
+
+
+PDF_DIR = BUILD / "pdf"  # where `make pdf` (tools/pdf.py) writes <lang>.pdf
+PDF_DOWNLOAD = pathlib.Path("_static") / "downloads"  # inside each language site
+MESSAGES = ROOT / "attnlab" / "messages.toml"  # read as a file: the site build never imports attnlab
+
+
+def site_message(key: str, lang: str) -> str:
+    table = tomllib.loads(MESSAGES.read_text("utf-8"))
+    for part in key.split("."):
+        table = table[part]
+    return table[lang]
+
+
+def pdf_link(lang: str) -> dict:
+    """The download menu's link to the course's PDF (tools/sphinx_ext, ``attnlab_pdf``), or {} when
+    ``make pdf`` has made none: a site built without it has no link that leads nowhere."""
+    if not (PDF_DIR / f"{lang}.pdf").is_file():
+        return {}
+    return {"file": (PDF_DOWNLOAD / f"{lang}.pdf").as_posix(), "text": site_message("site.pdf_link", lang),
+            "tooltip": site_message("site.pdf_tooltip", lang)}
+
+
+def copy_pdf(lang: str) -> pathlib.Path | None:
+    """Put _build/pdf/<lang>.pdf into the built site where pdf_link's link points, if there is one."""
+    source, target = PDF_DIR / f"{lang}.pdf", HTML / lang / PDF_DOWNLOAD / f"{lang}.pdf"
+    if not source.is_file():
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, target)
+    return target
 
 
 def localized_toc(toc_text: str, lang: str) -> str:
@@ -133,6 +176,7 @@ def build_language(lang: str) -> None:
     target = HTML / lang
     shutil.rmtree(target, ignore_errors=True)
     shutil.move(str(staging / "_build" / "html"), target)
+    copy_pdf(lang)  # the link is in the pages exactly when the config had one (language_files)
 
 
 ROOT_PAGE = """<!DOCTYPE html>
@@ -245,12 +289,136 @@ def drop_font_awesome_js(lang: str) -> int:
     return changed
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+WIDGET_STATE = re.compile(r'<script type="application/vnd.jupyter.widget-state\+json">(.*?)</script>', re.S)
+
+
+def smaller_png(data: bytes) -> bytes:
+    """The same PNG, pixel for pixel, with its image data compressed at zlib's level 9. The
+    explorers' frames are written at level 3 (attnlab/frames.py: quick in a kernel); on the site
+    level 9 makes them about a fifth smaller. Returns ``data`` itself when that is not smaller."""
+    if not data.startswith(PNG_SIGNATURE):
+        return data
+    chunks, image, pos = [], b"", len(PNG_SIGNATURE)
+    while pos < len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IDAT":
+            if not image:
+                chunks.append((b"IDAT", None))  # where the image data goes
+            image += body
+        else:
+            chunks.append((kind, body))
+    packed = zlib.compress(zlib.decompress(image), 9)
+    out = [PNG_SIGNATURE]
+    for kind, body in chunks:
+        body = packed if body is None else body
+        out.append(len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big"))
+    smaller = b"".join(out)
+    return smaller if len(smaller) < len(data) else data
+
+
+def compress_frames(lang: str) -> tuple[int, int]:
+    """Every pre-rendered widget frame of one site's pages (PNGs in the pages' widget state) through
+    smaller_png. Returns (bytes before, bytes after) of the pages changed."""
+    before = after = 0
+    for path in (HTML / lang).rglob("*.html"):
+        text = path.read_text("utf-8")
+        found = WIDGET_STATE.search(text)
+        if not found:
+            continue
+        new = text
+        for model in json.loads(found.group(1))["state"].values():
+            for buffer in model.get("buffers", []):
+                if buffer.get("encoding") == "base64":
+                    data = buffer["data"]
+                    packed = base64.b64encode(smaller_png(base64.b64decode(data))).decode("ascii")
+                    new = new.replace(f'"{data}"', f'"{packed}"')
+        if new != text:
+            before, after = before + len(text.encode()), after + len(new.encode())
+            path.write_text(new, "utf-8")
+    return before, after
+
+
+ICON_FONTS = pathlib.Path("_static") / "vendor" / "fontawesome" / "webfonts"  # inside each language site
+ICON_RULE = re.compile(r'((?:\.fa-[a-z0-9-]+:(?::?before|:?after),?)+)\{content:"([^"]*)"\}')
+CSS_CONTENT = re.compile(r'(?:content|--[\w-]+):\s*"((?:\\[0-9a-fA-F]{4,5}|[\ue000-\uf8ff])+)"')
+ICON_CLASS = re.compile(r"\bfa-[a-z0-9-]+")
+
+
+def css_characters(value: str) -> set[str]:
+    """The characters of a CSS string: ``"\\f09b"`` escapes or the characters themselves."""
+    return {chr(int(code, 16)) if code else ch
+            for code, ch in re.findall(r"\\([0-9a-fA-F]{4,5})|(.)", value)}
+
+
+def named_icon_classes(lang: str) -> set[str]:
+    """The Font Awesome classes (``fa-github``) that one site's pages and theme scripts name; not
+    those of _static/assets/, where the widget manager brings its own Font Awesome 5."""
+    site_dir = HTML / lang
+    texts = [p for p in site_dir.rglob("*.html") if "_sources" not in p.parts] + \
+        [p for p in sorted((site_dir / "_static").rglob("*.js")) if "assets" not in p.relative_to(site_dir).parts]
+    return {name for path in texts for name in ICON_CLASS.findall(path.read_text("utf-8", errors="replace"))}
+
+
+def icon_characters(lang: str) -> set[str]:
+    """Every Font Awesome character a page of one site can show: the icon classes its pages and
+    scripts name (named_icon_classes), looked up in the theme's icon rules, and every private-use
+    character the stylesheets use outside those rules (the theme's admonition and link icons).
+    Generous on purpose: a class that a page names but hides still keeps its glyph."""
+    css = "".join(path.read_text("utf-8") for path in sorted((HTML / lang / "_static").rglob("*.css")))
+    by_class = {}
+    for selectors, value in ICON_RULE.findall(css):
+        for name in re.findall(r"\.(fa-[a-z0-9-]+)", selectors):
+            by_class[name] = css_characters(value)
+    chars = {ch for value in CSS_CONTENT.findall(ICON_RULE.sub("", css)) for ch in css_characters(value)}
+    for name in named_icon_classes(lang):
+        chars |= by_class.get(name, set())
+    return {ch for ch in chars if 0xE000 <= ord(ch) <= 0xF8FF}
+
+
+def cut_font_awesome(lang: str) -> dict[str, int]:
+    """Font Awesome 6 of one site cut to the icons its pages can show (icon_characters): its web
+    fonts (the theme ships every icon: fa-solid-900.woff2 0.16 MB and fa-brands-400.woff2
+    0.12 MB, which a first visit loads; the pages show about twenty) and the icon rules of the
+    theme's stylesheet (0.09 MB of pydata-sphinx-theme.css's 0.39 MB, one per icon). The rest of
+    Font Awesome's CSS stays: the theme's icons need it. Font Awesome Free's fonts are under the
+    SIL OFL 1.1, its CSS under the MIT licence; both allow this. Returns {file: bytes}."""
+    from fontTools.ttLib import TTFont
+
+    from tools.web_font import subset_font  # fontTools only
+
+    site_dir = HTML / lang
+    chars = "".join(sorted(icon_characters(lang)))
+    named = named_icon_classes(lang)
+    written = {}
+    for path in sorted((site_dir / ICON_FONTS).iterdir()):
+        if path.suffix not in (".woff2", ".ttf"):
+            continue
+        font = TTFont(str(path))
+        subset_font(font, chars, flavor="woff2" if path.suffix == ".woff2" else None)
+        font.save(str(path))
+        written[path.name] = path.stat().st_size
+    theme_css = site_dir / "_static" / "styles" / "pydata-sphinx-theme.css"
+    text = theme_css.read_text("utf-8")
+    kept = ICON_RULE.sub(lambda m: m.group() if set(re.findall(r"\.(fa-[a-z0-9-]+)", m.group(1))) & named else "", text)
+    theme_css.write_text(kept, "utf-8")
+    written[theme_css.name] = theme_css.stat().st_size
+    return written
+
+
 def build(languages: list[str]) -> None:
     copy_assets()
     HTML.mkdir(parents=True, exist_ok=True)
     for lang in languages:
         build_language(lang)
         drop_font_awesome_js(lang)
+        sizes = cut_font_awesome(lang)
+        before, after = compress_frames(lang)
+        print(f"{lang}: widget frames at zlib level 9, pages with widgets {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB")
+        print(f"{lang}: Font Awesome cut to the pages' icons: " + ", ".join(f"{name} {size / 1024:.1f} KiB"
+                                                                      for name, size in sizes.items()))
     write_root_page()
     write_web_fonts(languages)
     print(f"\nThe site is in {HTML}/ (open {HTML / 'index.html'})")

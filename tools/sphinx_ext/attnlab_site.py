@@ -6,6 +6,8 @@
   ``MathJax.Hub.Queue`` while the book loads MathJax 3;
 * alt text for widget frames (tools/web/widget-alt.js) and an accessible name
   for the theme's search button that holds its visible words;
+* a "Course (PDF)" link in the theme's download menu when the site has the
+  course's PDF (``attnlab_pdf``, set by tools/site.py only if ``make pdf`` made one);
 * drops script tags that Sphinx 7.4 adds twice (the Thebe inline script:
   "THEBE_JS_URL already declared" in the browser console).
 """
@@ -37,7 +39,23 @@ def switcher_html(pagename: str, current: str) -> str:
     return '<nav class="attnlab-lang" aria-label="Language">' + " · ".join(links) + "</nav>\n"
 
 
+def add_pdf_link(context, pdf: dict) -> bool:
+    """Append the course's PDF to the theme's download menu (sphinx-book-theme's header button
+    group ``download-buttons``); ``pdf``: {"file", "text", "tooltip"}, or empty for no link.
+    Returns whether a link was added (pages without the menu, such as search, get none)."""
+    if not pdf:
+        return False
+    for group in context.get("header_buttons") or []:
+        if group.get("label") == "download-buttons":
+            group["buttons"].append({"type": "link", "url": context["pathto"](pdf["file"], 1),
+                                     "text": pdf["text"], "tooltip": pdf["tooltip"],
+                                     "icon": "fas fa-file-pdf", "label": "download-course-pdf-button"})
+            return True
+    return False
+
+
 def on_page_context(app, pagename, templatename, context, doctree):
+    add_pdf_link(context, app.config.attnlab_pdf)
     if "body" in context:
         context["body"] = switcher_html(pagename, app.config.attnlab_language) + context["body"]
     scripts = context.get("script_files")
@@ -54,6 +72,7 @@ def on_page_context(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.add_config_value("attnlab_language", "en", "html")
+    app.add_config_value("attnlab_pdf", {}, "html")
     app.connect("html-page-context", on_page_context, priority=900)
     app.add_js_file("assets/mathjax2-shim.js", priority=1)
     app.add_js_file("assets/widget-alt.js")  # alt text of every widget frame
