@@ -75,6 +75,7 @@ def pytest_runtest_logreport(report):
     # environment would not do: a pytest started inside a worker's test inherits its variables)
     if config is None or hasattr(config, "workerinput"):
         return
+    _record_duration(report)
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     if terminal is None:
         return
@@ -84,3 +85,39 @@ def pytest_runtest_logreport(report):
         terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s): {lines[0][:300]}")
     elif report.duration > SLOW_ITEM_SECONDS:
         terminal.write_line(f"\nslow: {report.nodeid} ({report.when}) {report.duration:.0f} s")
+
+
+# --------------------------------------------------------------------------
+# Where the time goes, per file and per worker (issue 31): the controller sums each file's
+# setup, call and teardown seconds as the workers report them, prints the ten most expensive
+# files and each worker's busy seconds after pytest's own --durations list, and writes all of it
+# to _build/test-durations.json for the next person who wants to balance the two workers.
+_file_seconds: dict[str, float] = {}
+_file_worker: dict[str, str] = {}
+_worker_seconds: dict[str, float] = {}
+
+
+def _record_duration(report):
+    name = report.nodeid.split("::", 1)[0]
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    _file_seconds[name] = _file_seconds.get(name, 0.0) + report.duration
+    _file_worker[name] = worker
+    _worker_seconds[worker] = _worker_seconds.get(worker, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _file_seconds or hasattr(terminalreporter.config, "workerinput"):
+        return
+    import json
+
+    ranked = sorted(_file_seconds.items(), key=lambda item: -item[1])
+    terminalreporter.section("the ten most expensive files (seconds of their items, summed)")
+    for name, seconds in ranked[:10]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {name}  ({_file_worker[name]})")
+    busy = ", ".join(f"{worker} {seconds:.0f} s" for worker, seconds in sorted(_worker_seconds.items()))
+    terminalreporter.write_line(f"busy per worker: {busy}; all files: {sum(_file_seconds.values()):.0f} s")
+    out = ROOT / "_build" / "test-durations.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"workers": _worker_seconds,
+                               "files": [{"file": n, "seconds": round(s, 2), "worker": _file_worker[n]}
+                                         for n, s in ranked]}, indent=1) + "\n")
