@@ -48,10 +48,12 @@ class Seen:
 # chapter 8 either way): auditing only the article (a run over the rest of the page still took
 # most of the time: axe models the whole page whatever it checks), and auditing the contrast of
 # one highlighted code token per look instead of all 4743.
-# It waits for the page to settle first: MathJax done, then 0.4 s without a change under
-# #main-content. The theme gives each scrollable code block its tab stop 0.3 s after the last such
-# change (pydata-sphinx-theme.js, debounced); axe started right after the network went quiet once
-# found a block that had just become scrollable without it.
+# It waits for the page to settle first: MathJax done and the fonts ready, then 0.4 s without a
+# change under #main-content, then (at most 3 s) until every block that scrolls has a tab stop.
+# The theme gives a scrollable code block its tab stop on the load event and 0.3 s after a change
+# under #main-content (pydata-sphinx-theme.js, debounced); a block that began to scroll later, on
+# a loaded machine, kept none (en exercise 7's first code block, twice): tools/web/tab-stops.js
+# now sets it whenever a block starts to scroll, and the wait lets that happen before axe looks.
 START_AXE = """() => {
   const quiet = () => new Promise(done => {
     let timer;
@@ -61,8 +63,19 @@ START_AXE = """() => {
     timer = setTimeout(finish, 400);
     setTimeout(finish, 10000);  // a page that never settles is audited as it is then
   });
+  // then until every block that scrolls has its tab stop (tools/web/tab-stops.js sets it when a
+  // block starts to scroll), at most 3 s: one that still lacks it then is a real finding
+  const SCROLLERS = "pre, .nboutput > .output_area, .cell_output > .output, .jp-RenderedHTMLCommon, " +
+                    ".pst-scrollable-table-container";
+  const stopsSet = () => [...document.querySelectorAll(SCROLLERS)].every(el =>
+    !(el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight) || el.tabIndex === 0);
+  const tabStops = () => new Promise(done => {
+    const start = Date.now();
+    (function poll() { stopsSet() || Date.now() - start > 3000 ? done() : setTimeout(poll, 100); })();
+  });
   const typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
-  window.attnlabAxe = Promise.resolve(typeset).then(quiet)
+  const fonts = document.fonts && document.fonts.ready;
+  window.attnlabAxe = Promise.all([typeset, fonts]).then(quiet).then(tabStops)
     .then(() => axe.run(document, {resultTypes: ["violations"]}));
 }"""
 
@@ -224,3 +237,35 @@ def test_every_icon_a_page_draws_is_in_the_cut_font_awesome_fonts(html_root, eve
     assert missing == {}, missing
     assert len(drawn) >= 10  # the theme's own icons: menu, search, colour modes, download, GitHub, ...
     assert all(sum(len(cmap) for cmap in by_name.values()) < 100 for by_name in fonts.values())  # cut, not whole
+
+
+def test_a_code_block_that_starts_to_scroll_after_the_load_event_gets_its_tab_stop(server, browser):
+    # The theme sets tab stops on the load event and after a change under #main-content; here a
+    # block starts to scroll later through its style alone (as a late font would make it), which
+    # the theme does not see. Without tools/web/tab-stops.js (its request aborted) the block stays
+    # without a tab stop; with it, it gets one.
+    def tab_index_after_growing(block_script: bool) -> int:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        try:
+            page = context.new_page()
+            if not block_script:
+                page.route(re.compile(r"/tab-stops\.js(\?|$)"), lambda route: route.abort())
+            page.goto(f"{server}/en/exercises/en/07-bidirectional-attention.html", wait_until="load")
+            index = page.evaluate("""() => [...document.querySelectorAll("pre")].findIndex(
+                el => el.scrollWidth <= el.clientWidth && el.scrollHeight <= el.clientHeight)""")
+            assert index >= 0, "no code block that fits its box on this page"
+            pre = page.locator("pre").nth(index).element_handle()
+            page.wait_for_timeout(500)  # past the theme's 0.3 s debounce
+            assert pre.evaluate("el => el.tabIndex") != 0
+            pre.evaluate("el => { el.style.fontSize = '48px'; }")  # no node added: the theme's observer stays quiet
+            page.wait_for_function("el => el.scrollWidth > el.clientWidth", arg=pre, timeout=5000)
+            if block_script:
+                page.wait_for_function("el => el.tabIndex === 0", arg=pre, timeout=5000)
+            else:
+                page.wait_for_timeout(1000)
+            return pre.evaluate("el => el.tabIndex")
+        finally:
+            context.close()
+
+    assert tab_index_after_growing(block_script=False) != 0  # the theme alone: the case is real
+    assert tab_index_after_growing(block_script=True) == 0

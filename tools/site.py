@@ -97,7 +97,7 @@ def copy_assets() -> None:
         if path.name == "embed.js" or path.suffix in (".woff", ".woff2"):  # every current browser
             shutil.copy2(path, widgets / path.name)
     shutil.copy2(manager / "embed.js.LICENSE.txt", widgets / "embed.js.LICENSE.txt")
-    for name in ("mathjax2-shim.js", "widget-alt.js", "attnlab.css"):
+    for name in ("mathjax2-shim.js", "widget-alt.js", "tab-stops.js", "attnlab.css"):
         shutil.copy2(ROOT / "tools" / "web" / name, out / name)
 
 

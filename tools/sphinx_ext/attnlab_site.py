@@ -76,5 +76,6 @@ def setup(app):
     app.connect("html-page-context", on_page_context, priority=900)
     app.add_js_file("assets/mathjax2-shim.js", priority=1)
     app.add_js_file("assets/widget-alt.js")  # alt text of every widget frame
+    app.add_js_file("assets/tab-stops.js")  # a tab stop on every block that scrolls, whenever it starts to
     app.add_css_file("assets/attnlab.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

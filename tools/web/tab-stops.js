@@ -1,0 +1,41 @@
+// A code block or output that scrolls needs a tab stop, so that a keyboard user can reach and
+// scroll it (axe: scrollable-region-focusable). The theme (pydata-sphinx-theme.js,
+// addTabStopsToScrollableElements) sets them on the window's load event, on a resize and 0.3 s
+// after nodes are added under #main-content; a block that starts to overflow later without such
+// a change (web fonts arriving after the load event, MathJax's typesetting, the sidebars settling
+// on a slow machine) keeps tabIndex -1 and cannot be scrolled from the keyboard. Here the same
+// rule runs again whenever one of these elements changes size, when the fonts are ready and when
+// MathJax has typeset.
+(function () {
+  var SELECTOR = "pre, .nboutput > .output_area, .cell_output > .output, .jp-RenderedHTMLCommon, " +
+                 ".pst-scrollable-table-container";
+  function apply(el) {
+    var scrolls = el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight;
+    if (scrolls && el.tabIndex !== 0) el.tabIndex = 0;
+    else if (!scrolls && el.tabIndex === 0 && el.getAttribute("tabindex") === "0") el.tabIndex = -1;
+  }
+  function all() { document.querySelectorAll(SELECTOR).forEach(apply); }
+  var watched = new WeakSet();
+  var sizes = typeof ResizeObserver === "function" ?
+    new ResizeObserver(function (entries) { entries.forEach(function (e) { apply(e.target); }); }) : null;
+  function watch() {
+    all();
+    if (!sizes) return;
+    document.querySelectorAll(SELECTOR).forEach(function (el) {
+      if (watched.has(el)) return;
+      watched.add(el);
+      sizes.observe(el);
+      // the element's own box may keep its size while its content grows (a font swap in a <pre>)
+      if (el.firstElementChild) sizes.observe(el.firstElementChild);
+    });
+  }
+  window.addEventListener("load", function () {
+    watch();
+    new MutationObserver(watch).observe(document.getElementById("main-content") || document.body,
+                                        {subtree: true, childList: true});
+    if (document.fonts && document.fonts.ready) document.fonts.ready.then(all);
+    if (document.fonts) document.fonts.addEventListener("loadingdone", all);
+    var typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
+    if (typeset) typeset.then(all);
+  });
+})();
