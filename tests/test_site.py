@@ -4,6 +4,7 @@ an explorer by keyboard. Every page in a browser: test_site_pages.py; the Chines
 test_site_fonts.py; what they share: site_support.py and conftest.py.
 """
 
+import base64
 import functools
 import gzip
 import json
@@ -71,7 +72,7 @@ def test_chapter_page_serves_mathjax_and_widget_manager_locally_with_widget_stat
     assert (assets / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
 
 
-HEAVIEST_RAW, HEAVIEST_GZIP = 4_300_000, 1_300_000  # bytes as first_visit counts them (no fonts): 4.12, 1.21 MB
+HEAVIEST_RAW, HEAVIEST_GZIP = 3_800_000, 1_150_000  # bytes as first_visit counts them (no fonts): 3.68, 1.11 MB
 WIDGETLESS_RAW = 1_600_000  # 1.55 MB
 
 
@@ -114,10 +115,12 @@ def first_visit(page: pathlib.Path) -> tuple[int, int]:
 def test_a_first_visit_stays_light_and_loads_no_font_awesome_script(html_root, lang):
     # Measured in Chromium with an empty cache (README, "Page weight"), the heaviest first visit, a
     # Chinese chapter with widgets, was 8.6 MB, then 7.1 MB without the theme's fontawesome.js
-    # (1.5 MB), and is now 4.2 MB (1.4 MB gzip-compressed, as web servers send it): the widget
+    # (1.5 MB), then 4.2 MB (1.3 MB gzip-compressed, as web servers send it): the widget
     # manager's standalone embed.js (1.9 MB) without RequireJS instead of embed-amd.js (3.6 MB),
     # MathJax without its menu and MathML input, Font Awesome cut to the icons the pages show, the
-    # widget frames at zlib's level 9. A page without widgets: 2.3 MB, now 1.5 MB.
+    # widget frames at zlib's level 9; and is now 3.8 MB (1.2 MB gzip): embed.js without its
+    # stylesheets' source maps (1.57 MB), the frames as lossless WebP. A page without widgets:
+    # 2.3 MB, now 1.5 MB.
     weights = {}
     for path in pages(html_root, lang):
         if "_static" in path.parts or "_sources" in path.parts:
@@ -129,6 +132,51 @@ def test_a_first_visit_stays_light_and_loads_no_font_awesome_script(html_root, l
     assert heavy == {}, heavy
     widgetless = {rel: w for rel, w in weights.items() if "widget-state" not in (html_root / rel).read_text("utf-8")}
     assert widgetless and max(w[0] for w in widgetless.values()) < WIDGETLESS_RAW, max(widgetless.values())
+
+
+def test_stylesheet_source_maps_are_cut_from_a_bundle_and_nothing_else():
+    sheet = '[e.id,".a{b:c}","",{version:3,sources:["x.css"],names:[],mappings:"AAAA",sourcesContent:[\'.a{\\n b:"]"}\'],sourceRoot:""}]'
+    bundle = f"var s=[];s.push({sheet});s.push([e.id,`.d{{u:url(${{E}})}}`,\"\"]);"
+    out, dropped = site.strip_css_source_maps(bundle)
+    assert dropped == 1
+    assert out == 'var s=[];s.push([e.id,".a{b:c}",""]);s.push([e.id,`.d{u:url(${E})}`,""]);'
+    with pytest.raises(ValueError):
+        site.strip_css_source_maps("var nothing=1;")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_widget_manager_ships_its_stylesheets_without_their_source_maps(html_root, lang):
+    bundle = (html_root / lang / "_static" / "assets" / "widgets" / "embed.js").read_text("utf-8")
+    assert "{version:3,sources:[" not in bundle
+    assert ".widget-toggle-buttons" in bundle and "Font Awesome 5 Free" in bundle  # the CSS itself stays
+    assert len(bundle.encode()) < 1_600_000  # 1.57 MB; 1.88 MB with the maps
+
+
+def test_a_frame_becomes_a_lossless_webp_with_the_same_pixels():
+    import io
+
+    from PIL import Image
+
+    from attnlab.frames import HeatmapFrames
+
+    frames = HeatmapFrames({"scores": {"matrix": [[0.5, -1.0], [2.0, 0.25]], "kind": "scores", "value_fontsize": 9}},
+                           ["a", "b"], ["caption"], width=2.5, height=2.5)
+    png = site.smaller_png(frames.png("scores", 1, "caption"))
+    webp = site.webp_frame(png)
+    assert webp is not None and webp[:4] == b"RIFF" and webp[8:12] == b"WEBP" and len(webp) < len(png)
+    decoded = [Image.open(io.BytesIO(data)).convert("RGBA") for data in (png, webp)]
+    assert decoded[0].size == decoded[1].size and decoded[0].tobytes() == decoded[1].tobytes()
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_pages_widget_frames_are_lossless_webp(html_root, lang):
+    text = (html_root / lang / "chapters" / lang / "01-causal-mask.html").read_text("utf-8")
+    state = json.loads(site.WIDGET_STATE.search(text).group(1))["state"]
+    images = [model for model in state.values() if model["model_name"] == "ImageModel"]
+    assert len(images) >= 40  # the mask explorer's 2 x 3 x 7 frames
+    for model in images:
+        data = base64.b64decode(model["buffers"][0]["data"])
+        assert (model["state"]["format"], data[:4], data[8:12]) == ("webp", b"RIFF", b"WEBP")
 
 
 @pytest.mark.parametrize("lang", LANGS)
