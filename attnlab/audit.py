@@ -31,6 +31,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -634,10 +635,19 @@ class LibraryError(RuntimeError):
         self.message, self.repro = message, repro
 
 
+# transformers' message for an optional package that is not installed ("TimmWrapperModel requires the
+# timm library but it was not found in your environment"): the environment lacks it, the library is fine
+MISSING_PACKAGE = re.compile(r"ImportError: .* requires the \S+ library but it was not found")
+
+
 def one_line(error: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message (no traceback)."""
-    text = str(error).strip().splitlines()
-    first = text[0].strip() if text else ""
+    """An exception as one line: its type and the first line of its message (no traceback). A first line
+    that ends in a colon announces the next one ("... validator 'validate_architecture':"), so that one is
+    joined to it."""
+    text = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    first = text[0] if text else ""
+    if first.endswith(":") and len(text) > 1:
+        first = f"{first} {text[1]}"
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
@@ -1069,7 +1079,10 @@ class Verdict:
         if self.reason_key is not None:
             return tr(self.reason_key, lang=lang, **(self.reason_values or {}))
         if self.kind in ("library_error", "could_not_audit", "not_applicable"):
-            return tr(f"audit.reason_{self.kind}", lang=lang, message=self.message or "")
+            key = f"audit.reason_{self.kind}"
+            if self.kind == "could_not_audit" and MISSING_PACKAGE.match(self.message or ""):
+                key = "audit.reason_missing_package"  # the sweep's environment, not the library
+            return tr(key, lang=lang, message=self.message or "")
         if self.kind == "leak":
             row = next(r for r in self.rows if r.leaking)
             test = next(t for t in ("prefix", "cut", "jacobian") if row.leaks[t] is not None)
@@ -1277,7 +1290,7 @@ def sweep_table(verdicts: list[Verdict], lang: str | None = None) -> str:
 def sweep_summary(verdicts: list[Verdict], lang: str | None = None) -> str:
     counts = {kind: sum(v.kind == kind for v in verdicts) for kind in KINDS}
     parts = [f"{tr(f'audit.kind_{kind}', lang=lang)} {counts[kind]}" for kind in KINDS if counts[kind]]
-    return tr("audit.sweep_summary", lang=lang, n=len(verdicts), counts=", ".join(parts))
+    return tr("audit.sweep_summary", lang=lang, n=len(verdicts), counts=tr("audit_page.list_sep", lang=lang).join(parts))
 
 
 def sweep_json(verdicts: list[Verdict], **settings) -> dict:

@@ -309,7 +309,7 @@ def test_only_positions_shift_when_padding_is_not_read():
     assert verdict.kind == "ok" and row.padding_ok is False and row.padding_read is False and row.as_expected
     assert "positions only" in audit_table(verdict.rows) and "padding is not read" in verdict.reason("en")
     i18n.set_language("zh")
-    assert "仅位置不同" in audit_table(verdict.rows) and "padding 没有被读取" in verdict.reason()
+    assert "仅位置偏移" in audit_table(verdict.rows) and "padding 没有被读取" in verdict.reason()
 
 
 def test_tolerances_scale_with_the_logits():
@@ -479,7 +479,7 @@ def test_the_auditors_own_reasons_are_message_keys_rendered_in_each_language():
     timeout = Verdict.keyed("BltForCausalLM", "could_not_audit", "audit.reason_timeout", seconds="120")
     again = Verdict.from_dict(timeout.to_dict())  # as the page reads it from the JSON
     assert again.message == "no verdict within the time limit of 120 s" == again.reason("en")
-    assert again.reason("de") == "kein Urteil innerhalb des Zeitlimits von 120 s"
+    assert again.reason("de") == "Kein Urteil innerhalb des Zeitlimits von 120 s"
     assert again.reason("zh") == "在 120 秒的时间限制内没有得出结论"
     cached = Verdict.keyed("CpmAntForCausalLM", "could_not_audit", "audit.reason_cached_pass_failed",
                            message="RuntimeError: boom")

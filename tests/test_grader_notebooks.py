@@ -85,7 +85,7 @@ def test_progress_over_a_folder_with_a_few_tasks_solved(tmp_path):
     out = grade_cli(folder)
     print(out)
     assert "01-causal-mask: 8/18 Punkte" in out
-    assert "✓ kausale Maske: 4/4" in out and "✗ Maskenkonventionen: 0/6" in out
+    assert "✓ Kausale Maske: 4/4" in out and "✗ Maskenkonventionen: 0/6" in out
     assert "02-multi-head-attention: 0/12 Punkte" in out
     total = sum(len(task.make_cases()) for task in all_tasks().values() if task.exercise in EXERCISES[:3])
     assert out.strip().endswith(f"Gesamt: 8/{total} Punkte")

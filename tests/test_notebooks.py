@@ -177,7 +177,7 @@ def test_comments_are_localized_and_code_stays_identical(tmp_path):
 def test_a_comment_with_a_lead_in_before_en_keeps_the_lead_in_and_one_language():
     code = "real = left.any(-1)  # [B, H, T]: en: queries with something to read | de: Queries, die etwas lesen | zh: 有东西可读的查询"
     assert notebooks.localize_code(code, "de") == "real = left.any(-1)  # [B, H, T]: Queries, die etwas lesen"
-    assert notebooks.localize_code(code, "zh").endswith("# [B, H, T]: 有东西可读的查询")
+    assert notebooks.localize_code(code, "zh").endswith("# [B, H, T]：有东西可读的查询")  # full-width, no space
     assert notebooks.localize_code('print("#")  # [T]: en: a | de: b | zh: c', "de") == 'print("#")  # [T]: b'
 
 

@@ -38,7 +38,7 @@ CASES = [  # (key, exception, call, {lang: words})
      {"en": ["part is only for an encoder-decoder model", "GPT2"], "de": ["part gibt es nur"], "zh": ["part 只用于"]}),
     ("mask_type", TypeError, run(allowed=ALLOWED.tolist()),
      {"en": ["allowed must be a bool tensor (True = may read)", "[B, H, 6, 6]", "got [[[[True"],
-      "de": ["allowed muss ein bool-Tensor sein (True = darf lesen)"], "zh": ["allowed 必须是布尔张量（True = 可以读取）"]}),
+      "de": ["allowed muss ein boolescher Tensor sein (True = darf lesen)"], "zh": ["allowed 必须是布尔张量（True = 可以读取）"]}),
     ("mask_dtype", TypeError, run(allowed=ALLOWED.float()),
      {"en": ["allowed must be a boolean mask (True = may read); got dtype float32", "allowed.bool()"],
       "de": ["allowed muss eine boolesche Maske sein", "float32", "allowed.bool()"],

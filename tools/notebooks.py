@@ -98,7 +98,7 @@ SETUP_CODE = 'import attnlab\n\nattnlab.setup("{lang}")  # {comment}'
 SETUP_COMMENT = {  # what attnlab.setup does, in the notebook's language
     "en": "language of figures and messages; seeds every RNG; one CPU thread (no waiting on a busy machine)",
     "de": "Sprache der Abbildungen und Meldungen; setzt alle Zufalls-Seeds; ein CPU-Thread (kein Warten auf einem ausgelasteten Rechner)",
-    "zh": "设定图和输出信息的语言；为所有随机数生成器设定种子；只用一个 CPU 线程（机器繁忙时不必等待另一个线程）",
+    "zh": "设定图和输出信息的语言；为所有随机数生成器设置种子；只用一个 CPU 线程（机器繁忙时不必等待另一个线程）",
 }
 LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}  # no version: same on every machine
 # Runs before attnlab can be imported, so it is plain code: on Colab it installs
@@ -301,7 +301,10 @@ def localize_code(code: str, lang: str) -> str:
         if first:
             raise SourceError(f"comment line {line.strip()!r} must follow a '# en: ...' line")
         if m := INLINE_COMMENT.search(line):
-            line = line[:m.start()] + "# " + m.group("lead") + m.group(lang)
+            lead = m.group("lead")
+            if lang == "zh" and lead.endswith(": "):  # a neutral lead-in before Chinese: full-width colon, no space
+                lead = lead[:-2] + "："
+            line = line[:m.start()] + "# " + lead + m.group(lang)
         out.append(line)
         i += 1
     return "\n".join(out)
@@ -819,6 +822,15 @@ def chapter_list_separator(title: str, lang: str) -> str:
     return " – "
 
 
+def bold_title(title: str, lang: str) -> str:
+    """A chapter title in bold. In zh a closing full-width question mark goes after the ``**``:
+    CommonMark does not close ``**`` that follows punctuation and precedes a Chinese character
+    (``**…吗？**针对`` would show its asterisks), so the list writes ``**…吗**？针对``."""
+    if lang == "zh" and title.endswith("？"):
+        return f"**{title[:-1]}**？"
+    return f"**{title}**"
+
+
 def chapter_list(body: str, lang: str, where: str, root: pathlib.Path = ROOT) -> str:
     """The numbered Markdown list of a ``{chapter-list}`` block in ``lang`` (see above)."""
     entries: dict[str, str] = {}
@@ -839,7 +851,7 @@ def chapter_list(body: str, lang: str, where: str, root: pathlib.Path = ROOT) ->
         number, title = chapter_title(slug, lang, root)
         if number != place:
             raise SourceError(f"{where}: chapter {slug} is numbered {number} but is number {place} in _toc.yml")
-        lines.append(f"{number}. **{title}**{chapter_list_separator(title, lang)}{entries[slug]}")
+        lines.append(f"{number}. {bold_title(title, lang)}{chapter_list_separator(title, lang)}{entries[slug]}")
     return "\n".join(lines)
 
 
@@ -1151,6 +1163,11 @@ def render_exercise(source: Source, lang: str, solution: bool) -> nbformat.Noteb
 
         title, newline, rest = first.source[2:].partition("\n")
         first.source = f"# {tr('grader.solution_title', lang=lang, title=title)}{newline}{rest}"
+        # The intro's "Stuck? Here is the solution" line would link the solution page to itself:
+        # on the solution page it points back to the exercise instead.
+        own_link = f"](../../{GENERATED_DIRS[0]}/{lang}/{source.slug}.ipynb)"
+        note = tr("grader.solution_note", lang=lang, link=f"../../exercises/{lang}/{source.slug}.ipynb")
+        first.source = "\n".join(note if own_link in line else line for line in first.source.split("\n"))
     regions = 0
     for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS],
                                [c for c in source.cells if c.kind == "code"]):

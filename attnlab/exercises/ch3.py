@@ -71,12 +71,13 @@ def _dropout_pattern(got, p):
     partial = zero.any(dim=-1) & ~zero.all(dim=-1)  # rows with some entries zero, some not
     if partial.double().mean() > PARTIAL_ROWS:
         return Problem("grader.mutant.ch3.attention_forward.dropout_wrong_place",
-                       detail=Problem("grader.dropout_partial_rows", {"share": f"{100 * partial.double().mean():.0f}%"}))
+                       detail=Problem("grader.dropout_partial_rows", {"share": 100 * partial.double().mean().item()}))
     first = zero[:, :, 0].all(dim=-1).double()  # [copies, H]: the first query's row is zero
     share, n = first.mean().item(), first.numel()
     if abs(share - p) > DROPOUT_Z * math.sqrt(p * (1 - p) / n):
         return Problem("grader.mutant.ch3.attention_forward.dropout_wrong_rate",
-                       detail=Problem("grader.dropout_first_row", {"got": f"{100 * share:.0f}%", "p": f"{p:g}"}))
+                       detail=Problem("grader.dropout_first_row", {"got": 100 * share, "p": f"{p:g}",
+                                                                  "expected": 100 * p}))
     return None
 
 

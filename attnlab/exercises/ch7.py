@@ -145,7 +145,9 @@ def _call_corrupt(fn, ids, mask_id, vocab_size):
 
 
 def _percent(x):
-    return f"{100 * float(x):.1f}%"
+    """A share in percent, as a number: each language's message formats it (de "80.0 %" with
+    its space, en and zh "80.0%")."""
+    return 100 * float(x)
 
 
 def _off(share, expected, n):

@@ -298,7 +298,7 @@ class Result:
             if len(failures) == 1:
                 lines.append("  " + failures[0].text(lang))
             else:
-                numbers = ", ".join(str(f.case) for f in failures)
+                numbers = tr("grader.list_sep", lang=lang).join(str(f.case) for f in failures)
                 lines.append("  " + tr("grader.cases", lang=lang, numbers=numbers, problem=text))
         return "\n".join(lines)
 
