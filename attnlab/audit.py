@@ -1251,16 +1251,17 @@ def sweep(targets=None, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: i
         for index, (target, process, receive, started) in list(running.items()):
             elapsed = time.monotonic() - started
             verdict = None
-            if receive.poll():
+            if elapsed > limit:  # first: a verdict seen only after the limit came too late (on a loaded
+                # machine this loop's 0.05 s sleep can take seconds, and a short audit ends meanwhile)
+                process.kill()
+                verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_timeout", seconds=f"{limit:g}")
+            elif receive.poll():
                 try:
                     verdict = Verdict.from_dict(receive.recv())
                 except EOFError:
                     verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_died", code=process.exitcode)
             elif not process.is_alive():
                 verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_died", code=process.exitcode)
-            elif elapsed > limit:
-                process.kill()
-                verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_timeout", seconds=f"{limit:g}")
             if verdict is not None:
                 process.join(5)
                 receive.close()

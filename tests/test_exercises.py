@@ -176,7 +176,7 @@ def test_the_installed_package_carries_the_graded_tasks():
     assert found <= packages
 
 
-PREDICT = re.compile(r"^(\*\*)?(Predict first:|Überleg zuerst:|先预测一下：)")
+PREDICT = re.compile(r"^(\*\*)?(Predict first:|Überleg zuerst:|先预测一下(：|\*\*：))")  # zh: the colon after the bold (tests/test_zh_emphasis.py)
 ANSWER = re.compile(r"^```\{dropdown\} (Answer|Antwort|答案)$")
 
 
