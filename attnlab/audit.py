@@ -252,7 +252,7 @@ class NoCache(ValueError):
 def _cache_of(out, model):
     cache = getattr(out, "cache", None)
     if cache is None:
-        cache = getattr(out, "past_key_values", None)  # transformers before 5.2x: the older name
+        cache = getattr(out, "past_key_values", None)  # earlier transformers versions: the older name
     if cache is None:
         raise NoCache(tr("audit.no_cache", name=type(model).__name__))
     return cache
@@ -273,7 +273,7 @@ def _takes_positions(model_class) -> bool:
 
 
 def cache_keyword(model_class) -> str | None:
-    """The keyword through which ``model_class.forward`` takes a KV cache: ``cache`` (transformers 5.2x),
+    """The keyword through which ``model_class.forward`` takes a KV cache: ``cache`` (recent transformers),
     ``past_key_values`` (earlier versions), or ``None`` (it takes none: the cache check cannot run)."""
     params = _parameters(model_class)
     return next((key for key in ("cache", "past_key_values") if key in params), None)

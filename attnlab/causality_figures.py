@@ -135,7 +135,7 @@ def verdict(test: str, leak_map: torch.Tensor) -> str:
     name = tr(f"ch5.test_{test}")
     if leak is None:
         return tr("ch5.verdict_causal", test=name)
-    return tr("ch5.verdict_leak", test=name, t=leak[0], s=leak[1])
+    return tr("ch5.verdict_leak_cut" if test == "cut" else "ch5.verdict_leak", test=name, t=leak[0], s=leak[1])
 
 
 def leaks_line(leaks: Mapping[str, tuple[int, int] | None]) -> str:

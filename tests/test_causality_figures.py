@@ -44,6 +44,8 @@ def test_leaks_are_hatched_and_verdicts_name_the_first_pair(models):
     future = torch.ones(6, 6, dtype=torch.bool).triu(1)
     assert len(hatched) == int(((leak_map > 1e-5) & future).sum()) > 0
     assert verdict("prefix", leak_map) == "prefix test: leak, output 0 depends on the later input 1"
+    # the cut test cannot name the later position, only where the sequence was cut
+    assert verdict("cut", leak_map).endswith(": leak, output 0 changes when the sequence is cut before position 1")
     assert verdict("jacobian", torch.zeros(6, 6)) == "Jacobian test: causal, nothing above the diagonal"
 
 

@@ -1163,11 +1163,13 @@ def render_exercise(source: Source, lang: str, solution: bool) -> nbformat.Noteb
 
         title, newline, rest = first.source[2:].partition("\n")
         first.source = f"# {tr('grader.solution_title', lang=lang, title=title)}{newline}{rest}"
-        # The intro's "Stuck? Here is the solution" line would link the solution page to itself:
-        # on the solution page it points back to the exercise instead.
+        # The intro's "Stuck? Here is the solution" paragraph would link the solution page to itself:
+        # on the solution page a note that points back to the exercise takes its place, right after
+        # the intro's first paragraph, before the instructions that the solution does not need.
         own_link = f"](../../{GENERATED_DIRS[0]}/{lang}/{source.slug}.ipynb)"
         note = tr("grader.solution_note", lang=lang, link=f"../../exercises/{lang}/{source.slug}.ipynb")
-        first.source = "\n".join(note if own_link in line else line for line in first.source.split("\n"))
+        paragraphs = [p for p in first.source.split("\n\n") if own_link not in p]
+        first.source = "\n\n".join(paragraphs[:2] + [note] + paragraphs[2:])
     regions = 0
     for cell, code_cell in zip([c for c in nb.cells if c.cell_type == "code" and c.id not in GENERATED_CELLS],
                                [c for c in source.cells if c.kind == "code"]):
