@@ -723,3 +723,18 @@ def test_the_course_copy_is_refused_where_the_task_asks_for_it_and_fine_elsewher
 
     answer_key = grader.grade("ch1.future_weight", lambda w, a: future_weight(w, a))
     assert keys(answer_key) == {"grader.course_copy"}
+
+
+def test_torchs_frames_are_recognised_through_a_symbolic_link_to_the_venv(tmp_path):
+    """A venv reached through a link names torch's files by the link: ``block(x)`` then ran the course's
+    Block.forward from torch's Module.__call__ without being seen (found with a linked .venv)."""
+    import os
+
+    from attnlab.grader import judge
+
+    torch_dir = os.path.dirname(os.path.realpath(torch.__file__))
+    link = tmp_path / "linked-site-packages"
+    link.symlink_to(os.path.dirname(torch_dir), target_is_directory=True)
+    assert judge._torch_file(str(link / "torch" / "nn" / "modules" / "module.py"))
+    assert not judge._torch_file(str(link / "torchvision" / "ops" / "boxes.py"))  # a sibling is not torch
+    assert not judge._torch_file("<learner cell>")

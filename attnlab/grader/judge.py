@@ -58,8 +58,17 @@ class Watch:
 _LIBRARIES = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
                                                  sysconfig.get_paths()["stdlib"]})
 _COURSE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # .../attnlab
-_TORCH = os.path.dirname(os.path.realpath(torch.__file__))
+_TORCH = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep  # the separator: not torchvision's files
 _KIND: dict[str, bool] = {}
+_IN_TORCH: dict[str, bool] = {}
+
+
+def _torch_file(filename: str) -> bool:
+    """A file of torch itself. Compared as a real path, as the other kinds are: a venv reached through a
+    symbolic link names torch's files by the link, and ``module(x)``'s frames were then not skipped."""
+    if filename not in _IN_TORCH:
+        _IN_TORCH[filename] = not filename.startswith("<") and os.path.realpath(filename).startswith(_TORCH)
+    return _IN_TORCH[filename]
 
 
 def _learner_file(filename: str) -> bool:
@@ -75,7 +84,7 @@ def _called_by_learner(frame) -> bool:
     """Is ``frame`` (the function called) called from the learner's code, directly or through torch
     (``module(x)`` runs ``forward`` from torch's ``Module.__call__``)?"""
     caller = frame.f_back
-    while caller is not None and caller.f_code.co_filename.startswith(_TORCH):
+    while caller is not None and _torch_file(caller.f_code.co_filename):
         caller = caller.f_back
     return caller is not None and _learner_file(caller.f_code.co_filename)
 
