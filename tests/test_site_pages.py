@@ -65,8 +65,7 @@ START_AXE = """() => {
   });
   // then until every block that scrolls has its tab stop (tools/web/tab-stops.js sets it when a
   // block starts to scroll), at most 3 s: one that still lacks it then is a real finding
-  const SCROLLERS = "pre, .nboutput > .output_area, .cell_output > .output, .jp-RenderedHTMLCommon, " +
-                    ".pst-scrollable-table-container";
+  const SCROLLERS = window.attnlabScrollers || "pre";  // tools/web/tab-stops.js's selector (the theme's)
   const stopsSet = () => [...document.querySelectorAll(SCROLLERS)].every(el =>
     !(el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight) || el.tabIndex === 0);
   const tabStops = () => new Promise(done => {

@@ -145,3 +145,26 @@ def test_the_workflow_builds_the_site_on_python_313_without_torch():
     runs = [step.get("run", "") for step in job["steps"]]
     assert "make site PYTHON=python3.13" in runs
     assert any("find_spec" in run and "torch" in run for run in runs)
+
+
+def test_every_module_the_site_build_imports_comes_from_the_site_requirements():
+    """`make book`'s venv holds only requirements/site.txt: a module that the site build imports
+    anywhere (function-local imports included: the frames' WebP step imports Pillow inside a function,
+    and `make book` stopped there) must come from a distribution pinned there."""
+    import ast
+    from importlib.metadata import packages_distributions
+
+    files = [ROOT / "tools" / "site.py", ROOT / "tools" / "web_font.py", *sorted((ROOT / "tools" / "sphinx_ext").glob("*.py"))]
+    modules = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules.add(node.module.split(".")[0])
+    third_party = sorted(m for m in modules if m not in sys.stdlib_module_names and m not in ("tools", "__future__"))
+    site = set(pins("requirements/site.txt"))
+    providers = packages_distributions()
+    missing = [m for m in third_party
+               if not {d.lower().replace("_", "-") for d in providers.get(m, [])} & site]
+    assert not missing, f"imported by the site build but not in requirements/site.txt: {missing}"

@@ -60,21 +60,26 @@ _LIBRARIES = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["purelib"
 _COURSE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # .../attnlab
 _TORCH = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep  # the separator: not torchvision's files
 _KIND: dict[str, bool] = {}
-_IN_TORCH: dict[str, bool] = {}
+_REAL: dict[str, str] = {}
+
+
+def _real_path(filename: str) -> str:
+    """A code object's file as a real path (cached): a venv reached through a symbolic link names
+    torch's files by the link, and they must still read as torch's."""
+    if filename not in _REAL:
+        _REAL[filename] = os.path.realpath(filename) if not filename.startswith("<") else filename
+    return _REAL[filename]
 
 
 def _torch_file(filename: str) -> bool:
-    """A file of torch itself. Compared as a real path, as the other kinds are: a venv reached through a
-    symbolic link names torch's files by the link, and ``module(x)``'s frames were then not skipped."""
-    if filename not in _IN_TORCH:
-        _IN_TORCH[filename] = not filename.startswith("<") and os.path.realpath(filename).startswith(_TORCH)
-    return _IN_TORCH[filename]
+    """A file of torch itself (``module(x)``'s frames between the learner and ``forward``)."""
+    return _real_path(filename).startswith(_TORCH)
 
 
 def _learner_file(filename: str) -> bool:
     """True for code the learner wrote (a notebook cell, a script), not the course's, torch's or a library's."""
     if filename not in _KIND:
-        real = os.path.realpath(filename) if not filename.startswith("<") else filename
+        real = _real_path(filename)
         _KIND[filename] = not (real.startswith(_COURSE) or real.startswith(_TORCH) or real.startswith(_LIBRARIES)
                                or filename.startswith("<frozen"))
     return _KIND[filename]

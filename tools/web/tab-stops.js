@@ -9,6 +9,7 @@
 (function () {
   var SELECTOR = "pre, .nboutput > .output_area, .cell_output > .output, .jp-RenderedHTMLCommon, " +
                  ".pst-scrollable-table-container";
+  window.attnlabScrollers = SELECTOR;  // the browser tests wait for these before axe looks
   function apply(el) {
     var scrolls = el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight;
     if (scrolls && el.tabIndex !== 0) el.tabIndex = 0;
