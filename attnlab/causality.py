@@ -100,9 +100,16 @@ def vocab_size_of(model, idx: torch.Tensor | None = None) -> int:
 
 
 def example_tokens(model, T: int = 16, seed: int = 0) -> torch.Tensor:
-    """[1, T] random token ids (seeded) for ``model``."""
+    """[1, T] random token ids (seeded) for ``model``, on the model's device (drawn on the CPU, so the
+    same seed gives the same tokens on every device)."""
     generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab_size_of(model), (1, T), generator=generator)
+    return torch.randint(0, vocab_size_of(model), (1, T), generator=generator).to(device_of(model))
+
+
+def device_of(model) -> torch.device:
+    """Where ``model``'s parameters live (the CPU for a plain function or a model without any)."""
+    parameters = model.parameters() if isinstance(model, nn.Module) else iter(())
+    return next((p.device for p in parameters), torch.device("cpu"))
 
 
 def as_sequence(idx: torch.Tensor) -> torch.Tensor:
@@ -132,24 +139,24 @@ def dependence_map(model, idx: torch.Tensor, seed: int = 0) -> torch.Tensor:
     """[T, T]: entry [t, s] = max |Δ logits at t| when only the token at s is changed.
 
     All T changed sequences run as one batch of T: row s of the batch has a
-    different (random, seeded) token at position s.
+    different (random, seeded) token at position s. The map is on the CPU, wherever the model runs.
     """
     idx = as_sequence(idx)
     T, V = idx.size(1), vocab_size_of(model, idx)
-    shift = torch.randint(1, V, (T,), generator=torch.Generator().manual_seed(seed))  # never 0: always a new token
+    shift = torch.randint(1, V, (T,), generator=torch.Generator().manual_seed(seed)).to(idx.device)  # never 0: a new token
     changed = idx.repeat(T, 1)  # [T, T]: sequence s has a new token at position s
     changed[torch.arange(T), torch.arange(T)] = (idx[0] + shift) % V
     with eval_mode(model), torch.no_grad():
         base = logits_of(model, idx)  # [1, T, V]
         moved = logits_of(model, changed)  # [T (changed s), T (output t), V]
-    return (moved - base).abs().amax(dim=-1).T  # [t, s]
+    return (moved - base).abs().amax(dim=-1).T.cpu()  # [t, s]
 
 
 def cut_map(model, idx: torch.Tensor) -> torch.Tensor:
     """[T, T]: entry [t, s] = max |Δ logits at t| when the model sees only tokens 0..s-1.
 
     Only t < s is measured (a cut before s removes the outputs from s on); the
-    rest of the map is NaN.
+    rest of the map is NaN. The map is on the CPU, wherever the model runs.
     """
     idx = as_sequence(idx)
     T = idx.size(1)
@@ -158,7 +165,7 @@ def cut_map(model, idx: torch.Tensor) -> torch.Tensor:
         full = logits_of(model, idx)  # [1, T, V]
         for s in range(1, T):
             part = logits_of(model, idx[:, :s])  # [1, s, V]
-            out[:s, s] = (part - full[:, :s]).abs().amax(dim=-1)[0]
+            out[:s, s] = (part - full[:, :s]).abs().amax(dim=-1)[0].cpu()
     return out
 
 
@@ -181,7 +188,7 @@ def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None
                 V = logits_of(model, idx).size(-1)  # also records the embeddings: seen[0], [1, T, D]
         finally:
             handle.remove()
-        directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed))  # [T, V]
+        directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed)).to(idx.device)  # [T, V]
 
         def outputs(x):  # [1, T, D] embeddings -> [T]: each position's logits, projected on its direction
             handle = embedding.register_forward_hook(lambda module, args, output: x)  # the embedding now returns x
@@ -192,7 +199,7 @@ def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None
             return (logits * directions).sum(dim=-1)
 
         jac = torch.autograd.functional.jacobian(outputs, seen[0])  # [T, 1, T, D]
-    return jac[:, 0].norm(dim=-1)  # [t, s]
+    return jac[:, 0].norm(dim=-1).cpu()  # [t, s], on the CPU
 
 
 def first_leak(leak_map: torch.Tensor, atol: float = 0.0) -> tuple[int, int] | None:

@@ -336,8 +336,11 @@ def grader_row() -> dict | None:
     with tempfile.TemporaryDirectory() as reports:
         done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", str(notebook), "--out", reports],
                               capture_output=True, text=True, cwd=ROOT)
-    return {"notebook": notebook.relative_to(ROOT).as_posix(), "seconds": time.perf_counter() - start,
-            "exit_code": done.returncode}
+    row = {"notebook": notebook.relative_to(ROOT).as_posix(), "seconds": time.perf_counter() - start,
+           "exit_code": done.returncode}
+    if done.returncode:  # a solution that does not grade is a finding: keep what the grader said
+        row["output_tail"] = (done.stdout + done.stderr).strip().splitlines()[-6:]
+    return row
 
 
 def markdown(result: dict) -> str:
@@ -417,6 +420,8 @@ def markdown(result: dict) -> str:
         g = result["grader"]
         lines += ["", "## Grader", "", f"Grading `{g['notebook']}` from the command line (fresh kernel): "
                   f"{g['seconds']:.1f} s (exit code {g['exit_code']})."]
+        if g.get("output_tail"):
+            lines += ["", "Its last lines:", "", "```", *g["output_tail"], "```"]
     lines += ["", "## Causal vs full", "", result["notes"], ""]
     return "\n".join(lines)
 

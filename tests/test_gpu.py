@@ -92,9 +92,12 @@ def test_fused_attention_in_bfloat16_is_faster_than_the_explicit_mask():
 
 
 # What chapter 8 says only for the CPU backends, checked on every CUDA backend
-# that takes a boolean mask: a row with nothing to read (left padding) comes
-# back as zeros, not NaN, and every other row equals the explicit softmax.
-MASKED_BACKENDS = ["MATH", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
+# that takes a boolean mask: a row with nothing to read (left padding) is never
+# NaN, every other row equals the explicit softmax, and the row is zero on the
+# math and memory-efficient backends. cuDNN's is finite but not zero (the first
+# GPU run, an H200 with torch 2.11.0+cu130: chapter 8 says so); harmless for the
+# same reason as Hugging Face's unmasked rows: no real query reads a pad.
+MASKED_BACKENDS = {"MATH": True, "EFFICIENT_ATTENTION": True, "CUDNN_ATTENTION": False}  # backend: row is zero
 
 
 def left_padded_mask(lengths: list[int], T: int) -> torch.Tensor:
@@ -105,7 +108,7 @@ def left_padded_mask(lengths: list[int], T: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("backend_name", MASKED_BACKENDS)
-def test_a_fully_masked_row_is_zero_not_nan_on_each_cuda_backend(backend_name):
+def test_a_fully_masked_row_is_finite_and_on_math_and_efficient_zero(backend_name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, backend_name)
@@ -119,8 +122,11 @@ def test_a_fully_masked_row_is_zero_not_nan_on_each_cuda_backend(backend_name):
         pytest.skip(f"{backend_name} has no kernel for a bool mask in float16 here: {error}")
     real = allowed.any(-1).expand(-1, q.shape[1], -1)  # [B, H, T]: queries with something to read
     assert (~real).sum() > 0, "the test needs rows with nothing to read"
-    assert not torch.isnan(out).any(), f"{backend_name} returns NaN for a fully masked row"
-    assert (out[~real] == 0).all(), f"{backend_name}: a fully masked row is not zero"
+    assert torch.isfinite(out).all(), f"{backend_name} returns NaN or inf for a fully masked row"
+    zero = bool((out[~real] == 0).all())
+    print(f"{backend_name}: the rows with nothing to read are {'zero' if zero else 'finite, not zero'}")
+    if MASKED_BACKENDS[backend_name]:
+        assert zero, f"{backend_name}: a fully masked row is not zero"
     scores = (q.float() @ k.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
     explicit = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v.float()
     assert torch.allclose(out[real].float(), explicit[real], atol=5e-3)
@@ -156,3 +162,34 @@ def test_compiled_flex_attention_skips_the_empty_blocks_and_equals_sdpa():
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
         assert torch.allclose(out, expected, atol=5e-3), rule.__name__
         print(f"{rule.__name__}: {visited} of {n * n} blocks visited, sparsity {block_mask.sparsity():.1f} %")
+
+
+# Chapter 5's tests and the grader's chapter 4 block task on a model that lives on the GPU:
+# the changed tokens and the random directions are drawn on the CPU (the same on every
+# device) and moved to the model's device; the maps come back on the CPU.
+def test_the_causality_tests_run_on_a_model_on_the_gpu():
+    from attnlab.causality import assert_causal, assert_causal_jacobian, find_leaks
+    from attnlab.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32)).cuda().eval()
+    assert assert_causal(model, T=12) < 1e-5
+    assert_causal_jacobian(model, T=12)
+    assert find_leaks(model, T=12) == {"prefix": None, "cut": None, "jacobian": None}
+    unmasked = GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32, causal=False)).cuda()
+    assert find_leaks(unmasked, T=12) == {"prefix": (0, 1), "cut": (0, 1), "jacobian": (0, 1)}
+
+
+# The grader's command line on the GPU: a fresh kernel (nbclient, which the GPU stack must bring)
+# that picks CUDA, and chapter 4's block task, whose causality tests run on the GPU's model. The
+# first GPU run found both missing: nbclient was not in requirements/gpu.txt, and the prefix test
+# added a CPU shift to CUDA token ids.
+def test_the_grader_grades_chapter_4s_solution_from_the_command_line_on_the_gpu(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "attnlab.grader", "grade", "solutions/en/04-teacher-forcing.ipynb",
+                           "--out", str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "✗" not in done.stdout and "Total: 19/19 points" in done.stdout, done.stdout

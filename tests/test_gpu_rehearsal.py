@@ -96,6 +96,42 @@ def test_chapter_8s_fused_flex_attention_cell_runs_its_cuda_branch_on_the_cpu(pr
     assert line.startswith(tr("ch8.flex_equals_sdpa", lang).rstrip(":：")) and line.endswith("True"), line
 
 
+@pytest.mark.parametrize("lang", ["en", "de", "zh"])
+def test_the_device_line_reads_the_same_after_sanitizing_on_the_cpu_and_the_gpu(lang):
+    # chapters 3 and 8 print the device they chose after label.device in the reader's language;
+    # nbval on a GPU compares it with the stored "cpu" through tests/nbval_sanitize.cfg (the
+    # first GPU run failed on the German and Chinese lines when the rule knew only "device: ")
+    from attnlab import labeled, tr
+
+    cpu, cuda = (labeled(tr("label.device", lang), name) for name in ("cpu", "cuda"))
+    assert sanitized(cpu) == sanitized(cuda) != cpu
+
+
+def sanitized(text: str) -> str:
+    """``text`` as nbval compares it: tests/nbval_sanitize.cfg read by nbval's own parser."""
+    import re
+
+    from nbval.plugin import get_sanitize_patterns
+
+    for regex, replace in get_sanitize_patterns((ROOT / "tests" / "nbval_sanitize.cfg").read_text("utf-8")):
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def test_every_rule_of_the_sanitize_file_is_read_by_nbval():
+    # a rule nbval's parser skips (an empty "replace:", a blank line between the two) masks nothing
+    text = (ROOT / "tests" / "nbval_sanitize.cfg").read_text("utf-8")
+    rules = [line for line in text.splitlines() if line.startswith("regex:")]
+    from nbval.plugin import get_sanitize_patterns
+
+    assert len(get_sanitize_patterns(text)) == len(rules)
+
+
+def test_a_tensor_on_the_gpu_reads_like_one_on_the_cpu_after_sanitizing():
+    on_gpu = "tensor([[0.5000, 0.5000]], device='cuda:0')"
+    assert sanitized(on_gpu) == sanitized(repr(torch.tensor([[0.5, 0.5]])))
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     print(json.dumps(rehearse_all(), ensure_ascii=False))
