@@ -30,7 +30,7 @@ def setup(lang: str = "en", seed: int = 0) -> None:
     ``ATTNLAB_TORCH_THREADS`` sets another thread count (the test suite runs the notebooks
     with two threads too, to prove that no stored output depends on it).
     """
-    from .fonts import register_fonts
+    from .figures.fonts import register_fonts
 
     set_language(lang)
     register_fonts()
@@ -71,7 +71,7 @@ def show_figures_as_png() -> None:
         return
     from matplotlib.figure import Figure
 
-    from .plotting import figure_png
+    from .figures.png import figure_png
 
     shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 

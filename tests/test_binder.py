@@ -186,7 +186,7 @@ def test_the_smoke_subset_covers_what_only_a_binder_venv_can_fail_on():
     notebooks = smoke_notebooks()
     assert len(notebooks) >= 5 and all(path.startswith(("chapters/en/", "solutions/en/")) for path in notebooks)
     modules = imported_modules()
-    assert {"attnlab", "torch", "attnlab.widgets", "attnlab.grader"} <= set(modules), modules
+    assert {"attnlab", "torch", "attnlab.figures.widgets", "attnlab.grader"} <= set(modules), modules
     assert not [m for m in modules if m.split(".")[0] in ("tools", "tests", "benchmarks")], \
         "a notebook imports the authoring tools, which Binder does not install"
 

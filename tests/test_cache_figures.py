@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import attnlab
-from attnlab.cache_figures import (BLOCKED, EARLIER, EMPTY, NEW, NOT_YET, READS_CACHED, READS_NEW, REUSED,
+from attnlab.figures.cache import (BLOCKED, EARLIER, EMPTY, NEW, NOT_YET, READS_CACHED, READS_NEW, REUSED,
                                    attention_state, cache_explorer, cache_figure, cache_state)
 from language_checks import assert_message_in_languages
 

@@ -186,7 +186,7 @@ def test_the_tests_taught_in_chapter_5_compute_what_the_package_computes(model, 
 
 def test_bad_input_gets_a_clear_message_in_the_readers_language(model, idx):
     from attnlab import setup
-    from attnlab.causality_figures import causality_explorer
+    from attnlab.figures.causality import causality_explorer
 
     cases = [  # (exception, call, English words, German words)
         (ValueError, lambda: assert_causal(model, [1, 2, 3]), ["ONE sequence of token ids"], ["EINE Sequenz"]),

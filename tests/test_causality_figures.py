@@ -1,4 +1,4 @@
-"""Figures and the explorer of chapters 4 and 5 (attnlab.causality_figures)."""
+"""Figures and the explorer of chapters 4 and 5 (attnlab.figures.causality)."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from matplotlib.patches import Rectangle
 
 import attnlab
 from attnlab.causality import TESTS, dependence_map, example_tokens
-from attnlab.causality_figures import (causality_explorer, leak_map_figure, leak_table, loss_curves_figure,
+from attnlab.figures.causality import (causality_explorer, leak_map_figure, leak_table, loss_curves_figure,
                                        moving_average, verdict)
 from attnlab.gpt import GPT, GPTConfig
 from attnlab.leaky import leaky_gpt

@@ -69,10 +69,10 @@ def chapter_1_code():
     ("zh", "我们 今天 在 课上 学习 因果 掩码 模型 不能 偷看 下一个 词"),
 ])
 def test_chapter_1_runs_for_a_sentence_of_2_to_12_tokens(lang, sentence, monkeypatch):
-    import attnlab.widgets
+    import attnlab.figures.widgets
 
     monkeypatch.setattr(attnlab, "tokens", lambda: sentence.split())
-    monkeypatch.setattr(attnlab.widgets, "mask_explorer", lambda *args, **kwargs: None)  # tested elsewhere
+    monkeypatch.setattr(attnlab.figures.widgets, "mask_explorer", lambda *args, **kwargs: None)  # tested elsewhere
     attnlab.setup(lang)
     try:
         namespace = {"attnlab": attnlab}

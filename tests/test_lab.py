@@ -4,7 +4,7 @@ Starts JupyterLab (pinned in requirements/lock.txt) on 127.0.0.1 with a token,
 opens a copy of the German chapter 1 with its outputs cleared, runs all cells
 in a real kernel, clicks a widget control and checks that the picture changes
 and that no cell wrote to stderr. A second, tiny notebook does the same with
-the explorers in callback mode, the mode Colab gets (attnlab/live.py).
+the explorers in callback mode, the mode Colab gets (attnlab/figures/live.py).
 """
 
 import json
@@ -45,7 +45,7 @@ def callback_notebook(target: pathlib.Path) -> None:
                                                            "language": "python"}})
     nb.cells = [nbformat.v4.new_code_cell('import os\n\nos.environ["ATTNLAB_WIDGETS"] = "callbacks"\n'
                                           'import attnlab\n\nattnlab.setup("de")'),
-                nbformat.v4.new_code_cell("from attnlab.widgets import mask_explorer_for\n\n"
+                nbformat.v4.new_code_cell("from attnlab.figures.widgets import mask_explorer_for\n\n"
                                           'mask_explorer_for("die Maske verbirgt die Zukunft")')]
     nbformat.write(nb, target)
 

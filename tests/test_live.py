@@ -1,4 +1,4 @@
-"""attnlab.live: explorers driven by Python callbacks (Colab, ipywidgets 7)."""
+"""attnlab.figures.live: explorers driven by Python callbacks (Colab, ipywidgets 7)."""
 
 import os
 import pathlib
@@ -10,8 +10,8 @@ import ipywidgets as widgets
 import pytest
 
 import attnlab
-from attnlab import live
-from attnlab.widgets import mask_explorer_for, nested_stack, toggle
+from attnlab.figures import live
+from attnlab.figures.widgets import mask_explorer_for, nested_stack, toggle
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_explorers_work_with_the_real_ipywidgets_7(tmp_path):
         pytest.skip(f"could not install ipywidgets 7.7.1 from the package index: {pip.stderr[-300:]}")
     code = """
 import ipywidgets, attnlab
-from attnlab.widgets import mask_explorer_for, tile_explorer
+from attnlab.figures.widgets import mask_explorer_for, tile_explorer
 assert ipywidgets.__version__ == "7.7.1" and not hasattr(ipywidgets, "Stack")
 attnlab.setup("zh")
 explorer = mask_explorer_for("模型 不能 偷看")

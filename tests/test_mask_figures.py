@@ -7,7 +7,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 import attnlab
 from attnlab.blocked import tile_map
 from attnlab.mask_builder import build_mask, mask_mod
-from attnlab.mask_figures import (block_kinds, blocks_figure, mask_combination_explorer, reach_figure,
+from attnlab.figures.masks import (block_kinds, blocks_figure, mask_combination_explorer, reach_figure,
                                   tile_kinds_as_blocks)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 import attnlab
-from attnlab.mask_gallery import GALLERY, mask_gallery, mask_gallery_figure
+from attnlab.figures.mask_gallery import GALLERY, mask_gallery, mask_gallery_figure
 from language_checks import assert_message_in_languages
 
 

@@ -9,10 +9,12 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 
 import attnlab
-from attnlab import plotting
+from attnlab.figures import plotting, tiles
 from attnlab.blocked import tile_map
 from attnlab.masks import causal_allowed
-from attnlab.plotting import draw_matrix, figure_png, matrix_figure, tile_figure
+from attnlab.figures.plotting import draw_matrix, matrix_figure
+from attnlab.figures.png import figure_png
+from attnlab.figures.tiles import tile_figure
 from language_checks import message
 
 TOKENS = "the model must not peek at the next word again and again".split()  # 12
@@ -186,17 +188,17 @@ def test_tile_legend_and_title_are_fully_visible_at_every_block_size(lang):
             box = artist.get_window_extent(renderer)
             assert inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1), (lang, block, artist)
         ax = fig.axes[0]
-        assert len(ax.get_xticks()) <= plotting.MAX_TILE_NUMBERS
+        assert len(ax.get_xticks()) <= tiles.MAX_TILE_NUMBERS
         assert ax.get_xticks()[0] == 0 and ax.get_xticks()[-1] == 32
     attnlab.setup("en")
 
 
 def test_tile_ticks_are_tile_boundaries_and_few():
-    assert plotting.tile_ticks(32, 4) == [0, 4, 8, 12, 16, 20, 24, 28, 32]  # 8 tiles: every boundary
-    assert plotting.tile_ticks(32, 2) == [0, 4, 8, 12, 16, 20, 24, 28, 32]  # 16 tiles: every second
+    assert tiles.tile_ticks(32, 4) == [0, 4, 8, 12, 16, 20, 24, 28, 32]  # 8 tiles: every boundary
+    assert tiles.tile_ticks(32, 2) == [0, 4, 8, 12, 16, 20, 24, 28, 32]  # 16 tiles: every second
     for T, block in [(200, 16), (4096, 64), (100, 3), (7, 2)]:
-        ticks = plotting.tile_ticks(T, block)
-        assert ticks[0] == 0 and ticks[-1] == T and len(ticks) <= plotting.MAX_TILE_NUMBERS
+        ticks = tiles.tile_ticks(T, block)
+        assert ticks[0] == 0 and ticks[-1] == T and len(ticks) <= tiles.MAX_TILE_NUMBERS
         assert all(t % block == 0 for t in ticks[:-1]) and ticks == sorted(set(ticks))
 
 

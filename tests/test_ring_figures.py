@@ -3,7 +3,7 @@ import pytest
 
 import attnlab
 from attnlab.ring import LAYOUTS, JobResult, RankReport, RingJob, expected_tiles
-from attnlab.ring_figures import layout_figure, pair_grid, ring_explorer, tiles_per_rank_and_step, timeline_figure
+from attnlab.figures.ring import layout_figure, pair_grid, ring_explorer, tiles_per_rank_and_step, timeline_figure
 
 
 def test_pair_grid_covers_every_pair_once_and_computes_the_whole_lower_triangle():
@@ -59,7 +59,7 @@ def test_explorer_refuses_bad_sizes_with_clear_messages(kwargs, error, match):
 
 
 def test_timeline_figure_without_results_says_what_it_needs():
-    from attnlab.ring_figures import timeline_figure
+    from attnlab.figures.ring import timeline_figure
 
     with pytest.raises(ValueError, match="results of run_ring"):
         timeline_figure([])

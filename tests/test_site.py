@@ -157,7 +157,7 @@ def test_a_frame_becomes_a_lossless_webp_with_the_same_pixels():
 
     from PIL import Image
 
-    from attnlab.frames import HeatmapFrames
+    from attnlab.figures.frames import HeatmapFrames
 
     frames = HeatmapFrames({"scores": {"matrix": [[0.5, -1.0], [2.0, 0.25]], "kind": "scores", "value_fontsize": 9}},
                            ["a", "b"], ["caption"], width=2.5, height=2.5)

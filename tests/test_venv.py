@@ -74,7 +74,7 @@ print(site.site_cjk_characters.__name__)
 
 
 def test_the_web_font_step_reads_the_packages_font_file():
-    from attnlab import fonts
+    from attnlab.figures import fonts
     from tools import web_font
 
     assert web_font.FONT_FILE == fonts.FONT_FILE

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.widgets import mask_explorer, nested_stack, toggle
+from attnlab.figures.widgets import mask_explorer, nested_stack, toggle
 
 
 def links_to(links, stack):
@@ -60,7 +60,7 @@ def test_explorer_controls_are_localized_and_linked_in_the_browser(explorer):
 
 def test_head_explorer_has_a_grid_frame_and_one_frame_per_head():
     from attnlab.multihead import hand_built_heads
-    from attnlab.widgets import head_explorer
+    from attnlab.figures.widgets import head_explorer
 
     attnlab.setup("de")
     module, x = hand_built_heads(6)
@@ -74,7 +74,7 @@ def test_head_explorer_has_a_grid_frame_and_one_frame_per_head():
 
 
 def test_tile_explorer_shows_one_picture_per_block_size():
-    from attnlab.widgets import tile_explorer
+    from attnlab.figures.widgets import tile_explorer
 
     explorer = tile_explorer(T=16, blocks=(2, 4, 8))
     stack = explorer.children[2]
@@ -83,7 +83,7 @@ def test_tile_explorer_shows_one_picture_per_block_size():
 
 
 def test_an_own_sentence_gets_its_own_explorer_and_long_ones_a_clear_message():
-    from attnlab.widgets import mask_explorer_for
+    from attnlab.figures.widgets import mask_explorer_for
 
     explorer = mask_explorer_for("模型 不能 偷看 下一个 词")
     assert explorer.tokens == ["模型", "不能", "偷看", "下一个", "词"]
@@ -96,7 +96,7 @@ def test_an_own_sentence_gets_its_own_explorer_and_long_ones_a_clear_message():
 
 from attnlab import inputs  # noqa: E402
 from attnlab.masks import causal_allowed  # noqa: E402
-from attnlab.widgets import head_explorer, mask_explorer_for, tile_explorer  # noqa: E402
+from attnlab.figures.widgets import head_explorer, mask_explorer_for, tile_explorer  # noqa: E402
 
 
 from language_checks import message  # noqa: E402
@@ -157,10 +157,10 @@ def test_bad_input_gets_a_clear_message_in_the_readers_language(key, exception, 
 def test_every_widget_error_key_has_a_case():
     import inspect
 
-    import attnlab.widgets
+    import attnlab.figures.widgets
 
     used = {key for key in attnlab.i18n.catalog() if key.startswith("error.")
-            and f'"{key}"' in inspect.getsource(attnlab.widgets)}
+            and f'"{key}"' in inspect.getsource(attnlab.figures.widgets)}
     assert used <= {case[0] for case in CASES}, used - {case[0] for case in CASES}
 
 
@@ -255,7 +255,7 @@ def test_without_the_mask_step_two_does_not_claim_masking(explorer12):
 def test_twelve_token_frames_are_legible(explorer12):
     from PIL import ImageFont
 
-    from attnlab.frames import _latin_font_path
+    from attnlab.figures.frames import _latin_font_path
 
     frames_ = explorer12.frames
     cell = (frames_.col_edges[1] - frames_.col_edges[0]) / 12

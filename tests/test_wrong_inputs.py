@@ -138,25 +138,25 @@ def _leaky_maps():
 
 
 def _verdict(*args):
-    from attnlab.causality_figures import verdict
+    from attnlab.figures.causality import verdict
 
     return lambda: verdict(*args)
 
 
 def _leak_table(maps):
-    from attnlab.causality_figures import leak_table
+    from attnlab.figures.causality import leak_table
 
     return lambda: leak_table(maps)
 
 
 def _leaks_line(leaks):
-    from attnlab.causality_figures import leaks_line
+    from attnlab.figures.causality import leaks_line
 
     return lambda: leaks_line(leaks)
 
 
 def _loss_curves(causal, unmasked):
-    from attnlab.causality_figures import loss_curves_figure
+    from attnlab.figures.causality import loss_curves_figure
 
     return lambda: loss_curves_figure(causal, unmasked)
 
@@ -227,7 +227,7 @@ def test_every_chapter_4_to_6_message_has_a_case():
 
 def test_a_prompt_that_fills_block_size_says_what_to_feed_and_right_inputs_still_run():
     from attnlab.causality import find_leaks
-    from attnlab.causality_figures import leak_table, leaks_line, loss_curves_figure, verdict
+    from attnlab.figures.causality import leak_table, leaks_line, loss_curves_figure, verdict
     from attnlab.masks import causal_allowed_from_indices
 
     model = small_gpt(block_size=6)

@@ -28,7 +28,7 @@ from fontTools.ttLib import TTCollection
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from attnlab.fonts import CJK_FAMILY, FONT_FILE, SOURCE_FAMILY  # noqa: E402
+from attnlab.figures.fonts import CJK_FAMILY, FONT_FILE, SOURCE_FAMILY  # noqa: E402
 from tools.web_font import MissingGlyphs, make_web_font, subset_font  # noqa: E402,F401  (shared with the site build)
 from attnlab.i18n import catalog  # noqa: E402
 

@@ -347,7 +347,7 @@ WIDGET_STATE = re.compile(r'<script type="application/vnd.jupyter.widget-state\+
 
 def smaller_png(data: bytes) -> bytes:
     """The same PNG, pixel for pixel, with its image data compressed at zlib's level 9. The
-    explorers' frames are written at level 3 (attnlab/frames.py: quick in a kernel); on the site
+    explorers' frames are written at level 3 (attnlab/figures/frames.py: quick in a kernel); on the site
     level 9 makes them about a fifth smaller. Returns ``data`` itself when that is not smaller."""
     if not data.startswith(PNG_SIGNATURE):
         return data

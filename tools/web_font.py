@@ -13,7 +13,7 @@ import pathlib
 from fontTools import subset
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FONT_FILE = "NotoSansSC-attnlab-subset.otf"  # attnlab.fonts.FONT_FILE (a test keeps them equal)
+FONT_FILE = "NotoSansSC-attnlab-subset.otf"  # attnlab.figures.fonts.FONT_FILE (a test keeps them equal)
 PACKAGE_FONT = ROOT / "attnlab" / "fonts" / FONT_FILE
 
 

@@ -3,7 +3,7 @@ block mask beside chapter 3's tiles, the receptive field of a sliding window.
 
 Drawn with ``matplotlib.figure.Figure`` (nothing is shown behind the reader's
 back); the explorer pre-renders its frames like every explorer of the course
-(:mod:`attnlab.widgets`), so it also responds on the static site.
+(:mod:`attnlab.figures.widgets`), so it also responds on the static site.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .blocked import tile_map
-from . import inputs
-from .i18n import tr
-from .mask_builder import and_masks, batch_mask, document_mod, keep_from_lengths, mask_mod, or_masks, padding_mod
-from .plotting import TILE_COLOURS, draw_matrix, figure_png, frozen_layout
+from ..blocked import tile_map
+from .. import inputs
+from ..i18n import tr
+from ..mask_builder import and_masks, batch_mask, document_mod, keep_from_lengths, mask_mod, or_masks, padding_mod
+from .plotting import draw_matrix, frozen_layout
+from .png import figure_png
+from .tiles import TILE_COLOURS
 from .widgets import image_frame, nested_stack, toggle
 
 BLOCK_KINDS = {"full": "full", "partial": "diagonal", "empty": "skipped"}  # BlockMask -> chapter 3's names

@@ -21,9 +21,10 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-from . import inputs
-from .i18n import tr
-from .plotting import BLOCKED_GREY, figure_png, wrap_text
+from .. import inputs
+from ..i18n import tr
+from .plotting import BLOCKED_GREY, wrap_text
+from .png import figure_png
 from .widgets import image_frame, nested_stack, toggle
 
 # Slot states of the cache strip: empty, reused from the cache, computed in this step.

@@ -14,13 +14,16 @@ from typing import Callable, Iterable, Sequence
 import ipywidgets as widgets
 import torch
 
-from . import inputs, live
-from .attention import attention_scores, masked_softmax
-from .i18n import tr
-from .masks import causal_allowed
+from .. import inputs
+
+from . import live
+from ..attention import attention_scores, masked_softmax
+from ..i18n import tr
+from ..masks import causal_allowed
 from .frames import HeatmapFrames
-from .plotting import (check_tiles, figure_png, fit_value_fontsize, matrix_figure, matrix_geometry, tile_figure,
-                       token_labels, wrap_text)
+from .plotting import fit_value_fontsize, matrix_figure, matrix_geometry, token_labels, wrap_text
+from .png import figure_png
+from .tiles import check_tiles, tile_figure
 
 
 def image_frame(png: bytes) -> widgets.Image:
@@ -88,7 +91,7 @@ class MaskExplorer(widgets.VBox):
 
     The frames share four heatmaps (scores, masked scores, masked weights,
     unmasked weights); each is drawn once and every frame adds only its row
-    highlight and caption (:class:`attnlab.frames.HeatmapFrames`), which is
+    highlight and caption (:class:`attnlab.figures.frames.HeatmapFrames`), which is
     what makes 78 frames for 12 tokens take about a second, not half a minute.
     """
 
@@ -269,7 +272,7 @@ class TileExplorer(widgets.VBox):
     masks or skips, for several block sizes (or one)."""
 
     def __init__(self, T: int, blocks: Sequence[int] | int):
-        from .blocked import tile_map
+        from ..blocked import tile_map
 
         self.T = inputs.whole_number("T", T, 1)
         self.blocks = _block_sizes(self.T, blocks)

@@ -4,7 +4,7 @@
 * :func:`timeline_figure` measured busy / waiting time of every rank per ring step;
 * :class:`RingExplorer`  which (query, key) pairs every rank computes at every
   ring step, per layout: pre-rendered frames in ipywidgets ``Stack``s linked
-  in the browser (``attnlab.widgets.nested_stack``), so it responds on the
+  in the browser (``attnlab.figures.widgets.nested_stack``), so it responds on the
   static site too.
 """
 
@@ -20,10 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch, Rectangle
 
-from . import inputs
-from .i18n import tr
-from .plotting import figure_png, frozen_layout
-from .ring import LAYOUTS, JobResult, check_sizes, ring_schedule, shard_positions
+from .. import inputs
+from ..i18n import tr
+from .plotting import frozen_layout
+from .png import figure_png
+from ..ring import LAYOUTS, JobResult, check_sizes, ring_schedule, shard_positions
 from .widgets import image_frame, nested_stack, toggle
 
 RANK_COLOURS = ["#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB", "#222255"]  # Paul Tol

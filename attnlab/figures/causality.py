@@ -18,11 +18,12 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .causality import TESTS, cut_map, dependence_map, first_leak, jacobian_map
-from .i18n import display_width as _width
-from .i18n import tr
-from .inputs import describe
-from .plotting import BLOCKED_GREY, LEAK_EDGE, figure_png
+from ..causality import TESTS, cut_map, dependence_map, first_leak, jacobian_map
+from ..i18n import display_width as _width
+from ..i18n import tr
+from ..inputs import describe
+from .plotting import BLOCKED_GREY, LEAK_EDGE
+from .png import figure_png
 from .widgets import image_frame, nested_stack, toggle
 
 CAUSAL_COLOUR = "#4477AA"  # Paul Tol's bright blue

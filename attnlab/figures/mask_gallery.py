@@ -13,10 +13,11 @@ from typing import Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from . import inputs
-from .i18n import tr
-from .mask_builder import build_mask
-from .plotting import draw_matrix, figure_png
+from .. import inputs
+from ..i18n import tr
+from ..mask_builder import build_mask
+from .plotting import draw_matrix
+from .png import figure_png
 from .widgets import image_frame, nested_stack, toggle
 
 KINDS = ("causal", "bidirectional", "prefix_lm", "sliding_window", "strict", "cross")  # the chapter's order

@@ -8,7 +8,7 @@ heatmap's cells once; the frames are composed with numpy and PIL: the numbers
 in the cells and the caption lines are drawn by PIL in the same fonts
 (DejaVu Sans, with the bundled CJK font for characters it lacks), the other
 rows faded and the chosen row framed with numpy. A frame looks like
-:func:`attnlab.plotting.draw_matrix` with ``highlight_row`` and ``title`` set.
+:func:`attnlab.figures.plotting.draw_matrix` with ``highlight_row`` and ``title`` set.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from PIL import Image, ImageDraw, ImageFont
 
-from . import fonts, inputs
-from .plotting import (CAPTION_FONTSIZE, FADE_ALPHA, add_caption, cell_numbers, check_panel, draw_cells,
-                       draw_matrix, line_pitch)
+from .. import inputs
+
+from . import fonts
+from .plotting import CAPTION_FONTSIZE, FADE_ALPHA, add_caption, cell_numbers, check_panel, draw_cells, draw_matrix, line_pitch
 
 FRAME_WIDTH = 2.0  # points: the black frame around the chosen row
 

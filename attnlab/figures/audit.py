@@ -8,12 +8,13 @@ import ipywidgets as widgets
 import torch
 from matplotlib.figure import Figure
 
-from .audit import PADDINGS, Adapter, test_maps
-from .causality import TESTS
-from .causality_figures import TOLERANCE, leak_map_figure, verdict
-from .i18n import tr
-from .inputs import describe
-from .plotting import draw_matrix, figure_png, wrap_text
+from ..audit import PADDINGS, Adapter, test_maps
+from ..causality import TESTS
+from .causality import TOLERANCE, leak_map_figure, verdict
+from ..i18n import tr
+from ..inputs import describe
+from .plotting import draw_matrix, wrap_text
+from .png import figure_png
 from .widgets import image_frame, nested_stack, toggle
 
 

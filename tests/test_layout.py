@@ -1,0 +1,99 @@
+"""The layout rules of docs/decisions.md ("A layout that shows the course's parts"): no module of
+the course's code over about 400 lines, what draws apart from what computes, and a README layout
+section that names what is in the tree.
+
+Reads the files only (well under a second)."""
+
+import ast
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CODE = ("attnlab", "tools", "benchmarks")
+MAX_LINES = 400
+# A module over the limit, with the reason it stays one module (docs/decisions.md repeats them).
+LONGER = {}
+
+
+def modules(*folders: str) -> list[pathlib.Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def relative(path: pathlib.Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def test_no_module_of_the_course_is_over_about_400_lines():
+    lengths = {relative(p): len(p.read_text("utf-8").splitlines()) for p in modules(*CODE)}
+    too_long = {name: n for name, n in lengths.items() if n > MAX_LINES and name not in LONGER}
+    assert too_long == {}, f"split these (or list them in LONGER with the reason): {too_long}"
+    assert set(LONGER) <= set(lengths), "LONGER names a module that is gone"
+    stale = {name for name in LONGER if lengths[name] <= MAX_LINES}
+    assert stale == set(), f"no longer over {MAX_LINES} lines: take them out of LONGER: {stale}"
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    """The dotted names ``path`` imports, relative imports resolved against its package."""
+    package = relative(path.parent).split("/")
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[:len(package) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_computing_module_imports_what_draws():
+    # attnlab/__init__.py's setup() registers the fonts and shows figures as PNG: it sets the
+    # drawing up for a notebook, so it may reach into attnlab.figures; nothing that computes may
+    figures = ROOT / "attnlab" / "figures"
+    offenders = {}
+    for path in modules("attnlab"):
+        if path.is_relative_to(figures) or path == ROOT / "attnlab" / "__init__.py":
+            continue
+        drawn = sorted(name for name in imported_modules(path) if name.startswith("attnlab.figures"))
+        if drawn:
+            offenders[relative(path)] = drawn
+    assert offenders == {}
+
+
+def test_every_figure_module_lives_in_attnlab_figures():
+    # a module that imports matplotlib draws: it belongs in attnlab/figures (the grader's and the
+    # auditor's modules included)
+    figures = ROOT / "attnlab" / "figures"
+    drawing = [relative(p) for p in modules("attnlab") if not p.is_relative_to(figures)
+               and any(name.split(".")[0] == "matplotlib" for name in imported_modules(p))]
+    assert drawing == []
+
+
+def layout_section() -> str:
+    text = (ROOT / "README.md").read_text("utf-8")
+    return text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_layout_names_every_module_and_package_of_the_tree():
+    section = layout_section()
+    named = set(re.findall(r"[\w./-]+", section))
+    missing = []
+    for folder in ("attnlab", "attnlab/figures", "tools", "benchmarks"):
+        for path in sorted((ROOT / folder).iterdir()):
+            if path.name.startswith(("_", ".")) or path.name == "__pycache__":
+                continue
+            if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists()):
+                name = path.stem if path.suffix == ".py" else path.name
+                if not any(word.rstrip("/,.:;)").endswith(name) or word.startswith(name) for word in named):
+                    missing.append(relative(path))
+    assert missing == [], "name these in the README's layout section"
+
+
+def test_every_path_the_readme_layout_names_exists():
+    section = layout_section()
+    paths = {word.rstrip(",.:;)") for word in re.findall(r"(?<![\w`])(?:attnlab|tools|benchmarks|tests|docs)/[\w./{},-]*", section)}
+    gone = [p for p in sorted(paths) if "{" not in p and not (ROOT / p).exists()]
+    assert gone == []
