@@ -170,7 +170,7 @@ class BackwardReport:
 
 
 def _functions(code: str) -> dict:
-    """This module's functions, with the caller's source text run over them (as :func:`attnlab.ring._functions`):
+    """This module's functions, with the caller's source text run over them (as :func:`attnlab.ring.callers_code._functions`):
     the package's ring backward then calls the caller's ``tile_grads`` or ``ring_backward``."""
     namespace = dict(globals(), math=math)  # math: chapter 11's tile_grads needs it
     if code:

@@ -8,6 +8,7 @@ from learner_copies import learner_copy
 
 from attnlab import grader, i18n
 from attnlab.exercises import all_tasks, ch6, ch7
+from attnlab.exercises.ch7.masked_lm import _corrupt_mutant
 from attnlab.gpt import GPTConfig, KVCache
 
 TASKS = all_tasks()
@@ -69,9 +70,9 @@ def test_bert_rule_tokens_outside_the_vocabulary_float_labels_and_wrong_shares_a
     assert result.points == 0 and keys(result) == {"grader.returned_item"}
     assert "returned value 2 of 2 — wrong dtype" in result.text()
 
-    rate_30 = grader.grade("ch7.bert_corrupt", ch7._corrupt_mutant(rate=0.3))
+    rate_30 = grader.grade("ch7.bert_corrupt", _corrupt_mutant(rate=0.3))
     assert keys(rate_30) == {"grader.mlm.rate"} and "expected about 15.0%" in rate_30.text()
-    half_random = grader.grade("ch7.bert_corrupt", ch7._corrupt_mutant(masked=0.5))
+    half_random = grader.grade("ch7.bert_corrupt", _corrupt_mutant(masked=0.5))
     assert keys(half_random) == {"grader.mlm.shares"}
     for lang in i18n.LANGUAGES:
         assert "80" in half_random.text(lang)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from attnlab import grader, i18n
 from attnlab.blocked import finish_states, start_states, attend_tiles
 from attnlab.exercises import all_tasks, ch8, ch9
+from attnlab.exercises.ch9.passing import _cpu_buffers
 from attnlab.mask_builder import and_masks, batch_mask, keep_from_lengths, mask_mod, padding_mod
 from attnlab.ring import expected_tiles
 from attnlab.rope import apply_rope
@@ -172,10 +173,10 @@ def test_pass_on_buffers_on_the_cpu_are_found_without_a_gpu_and_nothing_else_is(
     """pass_on runs once in the grader's process with k, v on meta and a stand-in for torch.distributed:
     a buffer made without device= shows there; the right ways (empty_like, new_empty, blocking calls,
     receives first), a deadlock and a typo do not."""
-    assert ch9._cpu_buffers(pass_on_on_the_cpu)
+    assert _cpu_buffers(pass_on_on_the_cpu)
     for fn in (ch9.pass_on, *ch9.PASS_ON.alternatives, *ch9.PASS_ON.mutants.values(), blocking_pass_on,
                pass_on_with_a_typo):
-        assert not ch9._cpu_buffers(fn), fn.__name__
+        assert not _cpu_buffers(fn), fn.__name__
 
 
 @pytest.mark.parametrize("lang", ["en", "de", "zh"])

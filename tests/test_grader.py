@@ -59,7 +59,7 @@ def test_eleven_chapters_every_task_has_mutants_alternatives_and_messages():
         for name in task.forbidden:
             assert f"grader.forbidden.{task_id}.{name}" in catalog, (task_id, name)
     used = set()
-    for path in [*sorted((ROOT / "attnlab" / "grader").glob("*.py")), *sorted((ROOT / "attnlab" / "exercises").glob("*.py"))]:
+    for path in [*sorted((ROOT / "attnlab" / "grader").rglob("*.py")), *sorted((ROOT / "attnlab" / "exercises").rglob("*.py"))]:
         used |= set(re.findall(r'"(grader\.[a-z_.]+[a-z_])"', path.read_text("utf-8")))
     assert used and not {key for key in used if key not in catalog and not key.endswith(".")}
 

@@ -191,7 +191,7 @@ def test_a_script_without_a_main_guard_can_call_run_ring(tmp_path):
     script = tmp_path / "my_ring.py"
     script.write_text("from attnlab.ring import RingJob, run_ring\n"
                       "print('ran', [r.max_abs_diff < 1e-5 for r in run_ring([RingJob(T=8, block=2)], 2)[0].ranks])\n")
-    root = ring.__file__.replace("/attnlab/ring.py", "")
+    root = ring.__file__.replace("/attnlab/ring/__init__.py", "")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "PYTHONPATH": root})
     assert done.returncode == 0, done.stderr
@@ -199,7 +199,7 @@ def test_a_script_without_a_main_guard_can_call_run_ring(tmp_path):
 
 
 def defined_in_notebook(name: str) -> str:
-    path = ring.__file__.replace("attnlab/ring.py", "chapters/en/09-ring-attention.ipynb")
+    path = ring.__file__.replace("attnlab/ring/__init__.py", "chapters/en/09-ring-attention.ipynb")
     nb = nbformat.read(path, as_version=4)
     return next(c.source for c in nb.cells if c.cell_type == "code" and f"def {name}(" in c.source)
 

@@ -1,8 +1,10 @@
 """The graded tasks of the exercise notebooks, one module per chapter.
 
-Each module ``chN.py`` defines ``TASKS``, a list of :class:`attnlab.grader.Task`
-(reference, case generator, mutants, alternative correct solutions). A new
-chapter adds its module name to ``CHAPTERS``; docs/exercises.md shows how.
+Each module ``chN`` defines ``TASKS``, a list of :class:`attnlab.grader.Task`
+(reference, case generator, mutants, alternative correct solutions): a file
+``chN.py``, or a package ``chN/`` whose modules hold the tasks that share code
+(its ``__init__.py`` gathers their ``TASKS``). A new chapter adds its module
+name to ``CHAPTERS``; docs/exercises.md shows how.
 """
 
 from __future__ import annotations
