@@ -19,7 +19,7 @@ from .sources import find_sources
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=notebooks.__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.notebooks", description=notebooks.__doc__.split("\n")[0])
     parser.add_argument("command", choices=["build", "render", "check", "refresh"])
     parser.add_argument("sources", nargs="*", help="source files (default: all)")
     args = parser.parse_args(argv)
