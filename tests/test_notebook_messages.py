@@ -14,6 +14,7 @@ import pytest
 
 from attnlab import i18n
 from tools import notebooks
+from tools.notebooks import message_writer
 
 CATALOG = {
     "t.plain": {"en": "rows with NaN:", "de": "Zeilen mit NaN:", "zh": "含 NaN 的行："},
@@ -30,7 +31,7 @@ CATALOG = {
 
 @pytest.fixture
 def catalog(monkeypatch):
-    monkeypatch.setattr(notebooks, "_message_catalog", lambda: CATALOG)
+    monkeypatch.setattr(message_writer, "_message_catalog", lambda: CATALOG)
 
 
 def rendered(code, lang="de"):
@@ -168,7 +169,7 @@ def message_calls():
                 tree = ast.parse(code)
             except SyntaxError:
                 continue
-            writer = notebooks._MessageWriter(code, "en", tree)
+            writer = message_writer._MessageWriter(code, "en", tree)
             for call in writer.outermost_calls(tree):
                 found.append((source.rel, cell.line, call))
     return found
@@ -185,7 +186,7 @@ def with_samples(call, samples, catalog):
     for keyword in call.keywords:
         if keyword.arg is None:
             keyword.value = ast.parse("{'" + "': 1, '".join(placeholders(catalog, call)) + "': 1}", mode="eval").body
-        elif notebooks._is_message_call(keyword.value):
+        elif message_writer._is_message_call(keyword.value):
             with_samples(keyword.value, samples, catalog)
         elif not isinstance(keyword.value, ast.Constant):
             specs = [spec for text in catalog[call.args[0].value].values()
@@ -232,11 +233,11 @@ def test_a_rewritten_call_evaluates_the_same_argument_expressions(lang):
         if not rewrites or rewrites[0].form != "f-string":
             continue
         arguments = sorted(ast.dump(k.value) for k in call.keywords
-                           if not isinstance(k.value, ast.Constant) and not notebooks._is_message_call(k.value))
+                           if not isinstance(k.value, ast.Constant) and not message_writer._is_message_call(k.value))
         fields = sorted(ast.dump(n.value) for n in ast.walk(ast.parse(new, mode="eval"))
-                        if isinstance(n, ast.FormattedValue) and not notebooks._is_message_call(n.value)
+                        if isinstance(n, ast.FormattedValue) and not message_writer._is_message_call(n.value)
                         and not (isinstance(n.value, ast.IfExp)  # a choice between two messages
-                                 and all(notebooks._is_message_call(b) or isinstance(b, ast.Constant)
+                                 and all(message_writer._is_message_call(b) or isinstance(b, ast.Constant)
                                          for b in (n.value.body, n.value.orelse))))
         assert fields == arguments, (rel, line, code, new)
 

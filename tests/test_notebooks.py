@@ -4,6 +4,7 @@ import json
 import pathlib
 import re
 import shutil
+import uuid
 
 import nbformat
 import pytest
@@ -134,7 +135,7 @@ def test_stored_outputs_have_no_errors_warnings_or_random_ids(path):
     views = [o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
              for c in nb["cells"] for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert all(view in state for view in views)
-    expected = {notebooks.uuid.uuid5(notebooks.uuid.NAMESPACE_URL, f"attnlab:{path.relative_to(notebooks.ROOT).as_posix()}:{n}").hex
+    expected = {uuid.uuid5(uuid.NAMESPACE_URL, f"attnlab:{path.relative_to(notebooks.ROOT).as_posix()}:{n}").hex
                 for n in range(len(state))}
     assert set(state) == expected
 

@@ -16,6 +16,7 @@ import pytest
 
 from site_support import LANGS, REPO, WAIT_MS, Page, Visit, frames_after_change, pages, visible_frames
 from tools import site
+from tools.site import pdf_download
 
 
 def test_three_languages_and_a_root_page_that_offers_all(html_root):
@@ -400,8 +401,8 @@ def test_an_explorers_alt_text_follows_its_controls_and_they_work_by_keyboard(se
 
 def test_the_pdf_link_is_made_only_when_make_pdf_made_the_pdf(tmp_path, monkeypatch):
     # Without _build/pdf/<lang>.pdf (make book without make pdf): no link, nothing copied.
-    monkeypatch.setattr(site, "PDF_DIR", tmp_path / "pdf")
-    monkeypatch.setattr(site, "HTML", tmp_path / "html")
+    monkeypatch.setattr(pdf_download, "PDF_DIR", tmp_path / "pdf")
+    monkeypatch.setattr(pdf_download, "HTML", tmp_path / "html")
     for lang in LANGS:
         assert site.pdf_link(lang) == {} and site.copy_pdf(lang) is None
     assert not (tmp_path / "html").exists()

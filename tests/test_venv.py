@@ -154,7 +154,8 @@ def test_every_module_the_site_build_imports_comes_from_the_site_requirements():
     import ast
     from importlib.metadata import packages_distributions
 
-    files = [ROOT / "tools" / "site.py", ROOT / "tools" / "web_font.py", *sorted((ROOT / "tools" / "sphinx_ext").glob("*.py"))]
+    files = [*sorted((ROOT / "tools" / "site").glob("*.py")), ROOT / "tools" / "web_font.py",
+             *sorted((ROOT / "tools" / "sphinx_ext").glob("*.py"))]
     modules = set()
     for path in files:
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
