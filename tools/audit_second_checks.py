@@ -20,6 +20,7 @@ import warnings
 
 import torch
 
+import attnlab
 from attnlab import audit as A
 
 warnings.simplefilter("ignore")
@@ -70,7 +71,7 @@ def check(verdict) -> str:
 
 
 def main() -> int:
-    data = json.loads((pathlib.Path(A.__file__).parent / "data" / "audit-transformers.json").read_text("utf-8"))
+    data = json.loads((pathlib.Path(attnlab.__file__).parent / "data" / "audit-transformers.json").read_text("utf-8"))
     for raw in data["verdicts"]:
         verdict = A.Verdict.from_dict(raw)
         if verdict.kind in ("library_error", "leak", "differ"):

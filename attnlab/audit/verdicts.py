@@ -1,0 +1,154 @@
+"""Verdicts: what the audit of one target found, in one word and one reason.
+
+:func:`audit_target` runs :func:`~attnlab.audit.model_audit.audit` on one target and returns a
+:class:`Verdict` (one of :data:`KINDS`: as expected, a leak, a difference, a library error, not
+applicable, could not audit) instead of a traceback: what the library does with a target is a finding.
+A verdict renders its reason in each reader's language and travels as JSON (:meth:`Verdict.to_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..i18n import tr
+from ..inputs import whole_number
+from .adapter import ATOL, _parameters
+from .errors import MISSING_PACKAGE, Keyed, LibraryError, one_line
+from .library import require_transformers
+from .model_audit import IMPLEMENTATIONS, PADDINGS, AuditRow, audit
+from .models import check_implementation
+from .targets import resolve
+
+KINDS = ("ok", "leak", "differ", "library_error", "not_applicable", "could_not_audit")
+EXIT_STATUS = {"ok": 0, "not_applicable": 0, "leak": 1, "differ": 1, "library_error": 1, "could_not_audit": 2}
+
+
+@dataclass
+class Verdict:
+    """What the audit of one target found: ``kind`` (one of :data:`KINDS`), the rows, what was set or
+    skipped (``notes``: ``(message key, values)``), the library's message in one line, a repro."""
+
+    target: str
+    kind: str
+    rows: list
+    notes: list
+    message: str | None = None
+    repro: str | None = None
+    seconds: float | None = None
+    reason_key: str | None = None  # the auditor's own reason (a time-out, its cached pass), rendered per language
+    reason_values: dict | None = None
+
+    @classmethod
+    def keyed(cls, target: str, kind: str, key: str, notes=None, **values) -> "Verdict":
+        """A verdict without rows whose reason is the auditor's own message ``key`` (with ``values``)."""
+        return cls(target, kind, [], list(notes or []), tr(key, lang="en", **values), None, None, key, values)
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.kind]
+
+    def word(self, lang: str | None = None) -> str:
+        return tr(f"audit.kind_{self.kind}", lang=lang)
+
+    def reason(self, lang: str | None = None) -> str:
+        """Why, in one line of the reader's language (or ``lang``)."""
+        if self.reason_key is not None:
+            return tr(self.reason_key, lang=lang, **(self.reason_values or {}))
+        if self.kind in ("library_error", "could_not_audit", "not_applicable"):
+            key = f"audit.reason_{self.kind}"
+            if self.kind == "could_not_audit" and MISSING_PACKAGE.match(self.message or ""):
+                key = "audit.reason_missing_package"  # the sweep's environment, not the library
+            return tr(key, lang=lang, message=self.message or "")
+        if self.kind == "leak":
+            row = next(r for r in self.rows if r.leaking)
+            test = next(t for t in ("prefix", "cut", "jacobian") if row.leaks[t] is not None)
+            t, s_ = row.leaks[test]
+            return tr("audit.reason_leak", lang=lang, test=tr(f"ch5.test_{test}", lang=lang), t=t, s=s_,
+                      impl=row.implementation, padding=tr(f"audit.padding_{row.padding}", lang=lang))
+        if self.kind == "differ":
+            row = next(r for r in self.rows if not r.as_expected)
+            values = dict(impl=row.implementation, padding=tr(f"audit.padding_{row.padding}", lang=lang),
+                          tol=f"{row.tolerance:.1e}")
+            if row.causal != row.expected_causal:
+                return tr("audit.reason_reads_no_future", lang=lang, **values)
+            if row.cache_ok is False:
+                return tr("audit.reason_cache", lang=lang, diff=f"{row.cache_diff:.1e}", **values)
+            return tr("audit.reason_padding", lang=lang, diff=f"{row.padding_diff:.1e}", **values)
+        decoders = [r.expected_causal for r in self.rows]
+        shifted = any(r.padding_read is False for r in self.rows)
+        key = "audit.reason_ok_causal" if all(decoders) else "audit.reason_ok_bidirectional" if not any(decoders) \
+            else "audit.reason_ok_parts"
+        text = tr(key, lang=lang, n=len(self.rows))
+        return text + (tr("audit.reason_positions_only", lang=lang) if shifted else "")
+
+    def note_lines(self, lang: str | None = None) -> list[str]:
+        return [tr(key, lang=lang, **values) for key, values in self.notes]
+
+    def to_dict(self) -> dict:
+        rows = [dict(vars(row), leaks={k: None if v is None else list(v) for k, v in row.leaks.items()})
+                for row in self.rows]
+        return dict(target=self.target, kind=self.kind, rows=rows, notes=[[k, v] for k, v in self.notes],
+                    message=self.message, reason=None if self.reason_key is None else [self.reason_key,
+                                                                                       self.reason_values or {}],
+                    repro=self.repro, seconds=self.seconds)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Verdict":
+        rows = [AuditRow(**dict(row, leaks={k: None if v is None else tuple(v) for k, v in row["leaks"].items()}))
+                for row in data.get("rows", [])]
+        key, values = data.get("reason") or (None, None)
+        return cls(data["target"], data["kind"], rows, [tuple(n) for n in data.get("notes", [])],
+                   data.get("message"), data.get("repro"), data.get("seconds"), key, values)
+
+
+def _kind(rows: list[AuditRow]) -> str:
+    if any(row.leaking for row in rows):
+        return "leak"
+    return "ok" if all(row.as_expected for row in rows) else "differ"
+
+
+def audit_target(target, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: int = 8, seed: int = 0,
+                 atol: float = ATOL) -> Verdict:
+    """:func:`audit` of one target, as a :class:`Verdict`: what the library does with it is a finding,
+    never a traceback. Bad arguments (an unknown name, an implementation that does not exist here, a
+    bad length) still raise, as :func:`audit` does: they are the caller's, not the library's."""
+    import time
+    import warnings
+
+    tf = require_transformers()
+    start = time.perf_counter()
+    if isinstance(implementations, str):
+        implementations = (implementations,)
+    implementations = [check_implementation(impl) for impl in implementations]
+    if not implementations:
+        raise ValueError(tr("audit.no_implementations"))
+    subject = resolve(target) if isinstance(target, str) else target
+    label = subject if isinstance(subject, str) else subject.__name__ if isinstance(subject, type) \
+        else type(subject).__name__
+    whole_number("T", T, 2)
+    notes, rows = [], []
+    model_class = subject if isinstance(subject, type) and issubclass(subject, tf.PreTrainedModel) else None
+    try:
+        if model_class is not None and "input_ids" not in _parameters(model_class):
+            verdict = Verdict.keyed(label, "not_applicable", "audit.no_input_ids", notes, name=label)
+            verdict.seconds = time.perf_counter() - start
+            return verdict
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows = audit(subject, implementations, paddings, T, seed, atol, notes=notes)
+        kind, message, repro = _kind(rows), None, None
+    except LibraryError as error:
+        kind, message, repro = "library_error", error.message, error.repro
+    except Keyed as error:  # the auditor's own reason (its cached pass failed where generate() runs)
+        verdict = Verdict.keyed(label, "could_not_audit", error.key, notes, **error.values)
+        verdict.seconds = time.perf_counter() - start
+        return verdict
+    except Exception as error:  # the library refused to build or run it: its message, in one line
+        kind, message, repro = "could_not_audit", one_line(error), None
+    return Verdict(label, kind, rows, notes, message, repro, time.perf_counter() - start)
+
+
+def verdict_line(verdict: Verdict) -> str:
+    """The last line of an audit: the verdict's word and its reason."""
+    sep = "" if tr("audit.colon").endswith("：") else " "
+    return f"{verdict.word()}{tr('audit.colon')}{sep}{verdict.reason()}"
