@@ -730,11 +730,11 @@ def test_torchs_frames_are_recognised_through_a_symbolic_link_to_the_venv(tmp_pa
     Block.forward from torch's Module.__call__ without being seen (found with a linked .venv)."""
     import os
 
-    from attnlab.grader import judge
+    from attnlab.grader import frames
 
     torch_dir = os.path.dirname(os.path.realpath(torch.__file__))
     link = tmp_path / "linked-site-packages"
     link.symlink_to(os.path.dirname(torch_dir), target_is_directory=True)
-    assert judge._torch_file(str(link / "torch" / "nn" / "modules" / "module.py"))
-    assert not judge._torch_file(str(link / "torchvision" / "ops" / "boxes.py"))  # a sibling is not torch
-    assert not judge._torch_file("<learner cell>")
+    assert frames._torch_file(str(link / "torch" / "nn" / "modules" / "module.py"))
+    assert not frames._torch_file(str(link / "torchvision" / "ops" / "boxes.py"))  # a sibling is not torch
+    assert not frames._torch_file("<learner cell>")

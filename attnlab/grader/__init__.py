@@ -19,6 +19,12 @@ One idea per module (docs/exercises.md explains how to write a task):
 * :mod:`.compare` — comparing an output with the reference's, in words a learner reads;
 * :mod:`.judge` — grading a task: the cases, the known mistakes (mutants), inputs edited in place,
   forbidden APIs, tensors made on the wrong device;
+* :mod:`.watch` — what one learner's call does besides returning (inputs edited, forbidden APIs,
+  torch patched, the RNG reseeded, the course's copy called);
+* :mod:`.frames` — whose code a stack frame runs: the learner's, the course's, torch's, a library's;
+* :mod:`.course_copies` — the course's copies of an answer a learner may not call;
+* :mod:`.learner_function` — what a learner's function names and keeps, read without running it;
+* :mod:`.tensors` — the tensors inside a value: listed, moved to the probe's device, their NaNs;
 * :mod:`.notebook` — ``check`` and ``summary``;
 * :mod:`.cli` — ``python -m attnlab.grader grade``.
 

@@ -9,330 +9,30 @@ Besides the output, every call is watched for three things a comparison of outpu
   on PyTorch's ``meta`` device (shapes and dtypes, no data), where mixing in a CPU tensor fails
   the way it fails on a GPU. What ``meta`` cannot run (reading values with ``.item()``) is not
   held against the learner.
+
+What a call does besides returning is watched by :mod:`.watch` (whose frames are the learner's:
+:mod:`.frames`; the course's copies of the answer: :mod:`.course_copies`).
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import sys
-import sysconfig
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .compare import _holds_tensors, _type_name, _value, compare_outputs, same_output
-from .model import (Case, Failure, Problem, Refusal, Result, Task, noting, patched_names, restore_torch,
-                    torch_attributes)
+from .course_copies import _may_call_course, course_copy_codes
+from .learner_function import _keeps_tensors
+from .model import Case, Failure, Problem, Refusal, Result, Task, noting
+from .tensors import _nan_pattern, _tensors, _to_device
 from .timelimit import TimeLimitExceeded, call_with_time_limit
+from .watch import Watch, _changed, _ForbiddenApis, _Guard, input_names
 
 DEFAULT_TIME_LIMIT = 10.0  # seconds per call of the learner's function
 PROBE_DEVICE = "meta"
 DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on the same device")
 _OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, mutant or ""): output
-
-
-@dataclass
-class Watch:
-    """What one learner's call did besides returning: inputs changed, forbidden APIs used, global
-    state changed (torch patched, the default dtype, the global RNG reseeded), the course's own copy
-    of the task called, and what the task's ``call`` noted (a model left in training mode)."""
-
-    changed: list[str] = field(default_factory=list)  # names of the inputs edited in place
-    forbidden: list[str] = field(default_factory=list)  # names of Task.forbidden that were used
-    side: list[Problem] = field(default_factory=list)  # side effects and course copies, in the order seen
-
-    def problems(self, task: Task) -> list[Problem]:
-        out = [Problem("grader.changed_input", {"name": name}) for name in self.changed]
-        return out + [Problem(f"grader.forbidden.{task.id}.{name}") for name in self.forbidden] + self.side
-
-    def add(self, problem: Problem) -> None:
-        if all(p.key != problem.key for p in self.side):
-            self.side.append(problem)
-
-
-# --- where a call comes from: the learner's code, or a library (torch, transformers) or the course
-_LIBRARIES = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-                                                 sysconfig.get_paths()["stdlib"]})
-_COURSE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # .../attnlab
-_TORCH = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep  # the separator: not torchvision's files
-_KIND: dict[str, bool] = {}
-_REAL: dict[str, str] = {}
-
-
-def _real_path(filename: str) -> str:
-    """A code object's file as a real path (cached): a venv reached through a symbolic link names
-    torch's files by the link, and they must still read as torch's."""
-    if filename not in _REAL:
-        _REAL[filename] = os.path.realpath(filename) if not filename.startswith("<") else filename
-    return _REAL[filename]
-
-
-def _torch_file(filename: str) -> bool:
-    """A file of torch itself (``module(x)``'s frames between the learner and ``forward``)."""
-    return _real_path(filename).startswith(_TORCH)
-
-
-def _learner_file(filename: str) -> bool:
-    """True for code the learner wrote (a notebook cell, a script), not the course's, torch's or a library's."""
-    if filename not in _KIND:
-        real = _real_path(filename)
-        _KIND[filename] = not (real.startswith(_COURSE) or real.startswith(_TORCH) or real.startswith(_LIBRARIES)
-                               or filename.startswith("<frozen"))
-    return _KIND[filename]
-
-
-def _called_by_learner(frame) -> bool:
-    """Is ``frame`` (the function called) called from the learner's code, directly or through torch
-    (``module(x)`` runs ``forward`` from torch's ``Module.__call__``)?"""
-    caller = frame.f_back
-    while caller is not None and _torch_file(caller.f_code.co_filename):
-        caller = caller.f_back
-    return caller is not None and _learner_file(caller.f_code.co_filename)
-
-
-def _learners_subclass(frame) -> bool:
-    """A method of the course's class, run on an object of a class the learner derived from it."""
-    if not frame.f_code.co_varnames or frame.f_code.co_varnames[0] != "self":
-        return False
-    cls = type(frame.f_locals.get("self"))
-    module = sys.modules.get(cls.__module__)
-    return module is not None and _learner_file(getattr(module, "__file__", None) or "<learner>")
-
-
-def _code_objects(obj, name: str, into: dict) -> None:
-    if isinstance(obj, type):
-        for attr, value in vars(obj).items():
-            if attr == "__init__":  # building the object is not the task (a learner's subclass may use it)
-                continue
-            if callable(value) and hasattr(value, "__code__") or isinstance(value, (staticmethod, classmethod, property)):
-                _code_objects(getattr(value, "__func__", getattr(value, "fget", value)), f"{name}.{attr}", into)
-        return
-    if isinstance(obj, property):
-        obj = obj.fget
-    code = getattr(obj, "__code__", None)
-    if code is None:
-        return
-    stack = [code]
-    while stack:  # the function and the functions it defines (a mutant factory's inner function)
-        current = stack.pop()
-        into.setdefault(current, name)
-        stack.extend(c for c in current.co_consts if hasattr(c, "co_code"))
-
-
-def _resolve(dotted: str):
-    import importlib
-
-    parts = dotted.split(".")
-    for n in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:n]))
-        except ImportError:
-            continue
-        for part in parts[n:]:
-            obj = getattr(obj, part)
-        return obj
-    raise ImportError(dotted)
-
-
-_ANSWER_KEY: dict = {}  # module name -> {code object: name}: the functions of one attnlab.exercises module
-
-
-def course_copy_codes(task: Task) -> dict:
-    """``{code object: dotted name}`` of the course's functions the learner may not call in ``task``:
-    those of the task's own and every other task module already imported (the grader's answers; a
-    module nobody imported cannot be called, and importing all eleven cost seconds per kernel)."""
-    import sys
-
-    from .. import exercises
-
-    codes: dict = {}
-    for chapter in exercises.CHAPTERS:
-        module = sys.modules.get(f"{exercises.__name__}.{chapter}")
-        if module is None:
-            continue
-        if module.__name__ not in _ANSWER_KEY:
-            key = _ANSWER_KEY[module.__name__] = {}
-            for other in module.TASKS:  # the references, and the mutants and alternatives beside them
-                for fn in [other.reference, *other.mutants.values(), *other.alternatives]:
-                    name = getattr(fn, "__name__", "")
-                    _code_objects(fn, f"{module.__name__}.{name}" if name.isidentifier() else module.__name__, key)
-        for code, name in _ANSWER_KEY[module.__name__].items():
-            codes.setdefault(code, name)  # the first chapter to define a code object names it, as before
-    for dotted in task.course_copies:
-        _code_objects(_resolve(dotted), dotted, codes)
-    return codes
-
-
-def _names_used(fn, seen=None) -> list:
-    """The global values the learner's function (its nested functions, a class's methods) names."""
-    seen = set() if seen is None else seen
-    if id(fn) in seen:
-        return []
-    seen.add(id(fn))
-    if isinstance(fn, type):
-        return [v for value in vars(fn).values() for v in _names_used(getattr(value, "__func__", value), seen)
-                if callable(value) or isinstance(value, (staticmethod, classmethod))]
-    code, env = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    if code is None:
-        return [fn]
-    names, stack = set(), [code]
-    while stack:
-        current = stack.pop()
-        names.update(current.co_names)
-        stack.extend(c for c in current.co_consts if hasattr(c, "co_code"))
-    values = [env[n] for n in names if n in env]
-    values += [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ()) if _cell_filled(cell)]
-    return values
-
-
-def _may_call_course(fn, task: Task) -> bool:
-    """Watch for calls of the course's copies only where the learner's code can reach them: it names
-    something of attnlab, or the task hands over the course's objects whose methods are copies
-    (a block, a model). Elsewhere the profile hook would only cost time."""
-    if any(name.split(".")[-2][:1].isupper() for name in task.course_copies):
-        return True
-    try:
-        for value in _names_used(fn):
-            module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
-            if not isinstance(module, str):
-                module = getattr(type(value), "__module__", "")
-            if module.startswith("attnlab") or isinstance(value, type) and any(
-                    base.__module__.startswith("attnlab") for base in value.__mro__):
-                return True
-        return False
-    except Exception:  # noqa: BLE001 - an object we cannot read: watch it
-        return True
-
-
-_SEEDERS = (("torch", "manual_seed"), ("torch", "seed"), ("torch", "set_rng_state"), ("torch.random", "manual_seed"),
-            ("torch.random", "seed"), ("torch.random", "set_rng_state"), ("torch.cuda", "manual_seed"),
-            ("torch.cuda", "manual_seed_all"))
-
-
-class _Guard:
-    """Around one learner's call: torch's namespaces, the default dtype and the global RNG as they
-    were (what changed is named and put back), and calls of the course's copy of the task."""
-
-    def __init__(self, codes: dict, found: list[Problem]):
-        self.codes, self.found = codes, found
-
-    def _add(self, problem: Problem) -> None:
-        if all(p.key != problem.key for p in self.found):
-            self.found.append(problem)
-
-    def _seeder(self, module, name, original):
-        def seeder(*args, **kwargs):
-            if _called_by_learner(sys._getframe()):
-                self._add(Problem("grader.reseeds_rng", {"name": f"{module.__name__}.{name}"}))
-            return original(*args, **kwargs)
-
-        return seeder
-
-    def __call__(self, call):
-        import importlib
-
-        seeders = []
-        for module_name, name in _SEEDERS:
-            module = importlib.import_module(module_name)
-            original = getattr(module, name, None)
-            if original is not None:
-                seeders.append((module, name, original))
-                setattr(module, name, self._seeder(module, name, original))
-        before, dtype = torch_attributes(), torch.get_default_dtype()
-        codes = self.codes
-
-        def profile(frame, event, arg):
-            if event == "call" and frame.f_code in codes and (_called_by_learner(frame) or _learners_subclass(frame)):
-                self._add(Problem("grader.course_copy", {"name": codes[frame.f_code]}))
-
-        def profiled():
-            old = sys.getprofile()
-            sys.setprofile(profile)
-            try:
-                return call()
-            finally:
-                sys.setprofile(old)
-
-        try:
-            return profiled()
-        finally:
-            patched = patched_names(before)
-            if patched:
-                self._add(Problem("grader.patched_torch", {"name": patched[0]}))
-                restore_torch(before)
-            if torch.get_default_dtype() != dtype:
-                self._add(Problem("grader.changed_default_dtype", {"dtype": str(torch.get_default_dtype())}))
-                torch.set_default_dtype(dtype)
-            for module, name, original in seeders:
-                setattr(module, name, original)
-
-
-class _ForbiddenApis(TorchFunctionMode):
-    def __init__(self, tests: dict[str, Callable], found: list[str]):
-        super().__init__()
-        self.tests, self.found = tests, found
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        for name, test in self.tests.items():
-            if name not in self.found:
-                try:
-                    if test(func, args, kwargs):
-                        self.found.append(name)
-                except Exception:  # noqa: BLE001 - a test that cannot read this call says nothing
-                    pass
-        return func(*args, **kwargs)
-
-
-def input_names(task: Task, case: Case) -> list[str]:
-    """The learner-facing names of the case's positional arguments."""
-    names = list(getattr(task, "input_names", None) or [])
-    if not names and task.call is None:
-        try:
-            names = list(inspect.signature(task.reference).parameters)
-        except (TypeError, ValueError):
-            names = []
-    return [names[n] if n < len(names) else f"#{n + 1}" for n in range(len(case.args))]
-
-
-def _changed(before: Any, after: Any) -> bool:
-    if isinstance(before, torch.Tensor):
-        if not isinstance(after, torch.Tensor) or before.shape != after.shape or before.dtype != after.dtype:
-            return True
-        if before.is_meta:
-            return False
-        return not bool(torch.equal(before, after) or
-                        (before.is_floating_point() and torch.equal(before.isnan(), after.isnan())
-                         and torch.equal(before.nan_to_num(0.0), after.nan_to_num(0.0))))
-    if isinstance(before, (list, tuple)):
-        return len(before) != len(after) or any(_changed(b, a) for b, a in zip(before, after))
-    if isinstance(before, dict):
-        return any(_changed(v, after.get(k)) for k, v in before.items())
-    return False
-
-
-def _to_device(value: Any, device: str) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_device(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    return value
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
 
 
 class Grader:
@@ -646,15 +346,6 @@ class Grader:
         return Result(task.id, len(cases) - len(failures), len(cases), failures)
 
 
-def _nan_pattern(value: Any) -> list[torch.Tensor] | None:
-    """Where the floating-point tensors in ``value`` are NaN (one bool tensor each); None when nothing is NaN."""
-    try:
-        pattern = [t.detach().isnan().cpu() for t in _tensors(value) if t.is_floating_point() and not t.is_meta]
-    except Exception:  # noqa: BLE001
-        return None
-    return pattern if any(bool(p.any()) for p in pattern) else None
-
-
 def output_of(task: Task, name: str, fn: Callable, case: Case, index: int) -> Any:
     """The output of the reference (``name`` "") or of the mutant ``name`` on case ``index`` of ``task``: each
     runs once per kernel (the cases are the same on every run, and so are their seeds); raises what it raised."""
@@ -680,37 +371,6 @@ def _twin_cases(task: Task) -> list[Case]:
         except Exception:  # noqa: BLE001
             _TWINS[task.id] = []
     return _TWINS[task.id]
-
-
-def _keeps_tensors(fn: Any) -> bool:
-    """Does the learner's function keep tensors between calls: an lru_cache, or a dict or list of
-    tensors in a default argument, a closure or a global it names?"""
-    def holds(value: Any) -> bool:
-        if hasattr(value, "cache_info") and callable(value):
-            return True
-        if isinstance(value, dict):
-            return any(isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and _tensors(v))
-                       for v in value.values())
-        return isinstance(value, list) and bool(_tensors(value))
-
-    fn = getattr(fn, "__wrapped__", fn)
-    if holds(fn):
-        return True
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return False
-    values = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
-    values += [cell.cell_contents for cell in (fn.__closure__ or ()) if _cell_filled(cell)]
-    values += [fn.__globals__[name] for name in code.co_names if name in fn.__globals__]
-    return any(holds(v) for v in values)
-
-
-def _cell_filled(cell) -> bool:
-    try:
-        cell.cell_contents
-        return True
-    except ValueError:
-        return False
 
 
 def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT) -> Result:
