@@ -57,7 +57,7 @@ def test_drawing_every_message_emits_no_missing_glyph_warning(lang):
 
 
 def test_font_subset_covers_every_character_of_the_chinese_course_text():
-    # The site's CJK web font is cut from this subset (tools/site.py), so it must hold
+    # The site's CJK web font is cut from this subset (tools/site/), so it must hold
     # every character a Chinese reader sees: prose, code comments, alt texts, captions.
     from tools.make_font import course_text
 

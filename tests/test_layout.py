@@ -11,8 +11,16 @@ import re
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CODE = ("attnlab", "tools", "benchmarks")
 MAX_LINES = 400
+SETUP = ROOT / "attnlab" / "__init__.py"  # attnlab.setup() sets the drawing up for a notebook (fonts, PNG, dpi)
 # A module over the limit, with the reason it stays one module (docs/decisions.md repeats them).
-LONGER = {}
+LONGER = {
+    "attnlab/gpt.py": "one idea, the course's model: its config, norm, KV cache, blocks and GPT; the cache is how "
+                      "SelfAttention and GPT run, and the grader's course-copy lists name these classes by path",
+    "attnlab/exercises/ch4.py": "chapter 4's tasks share the model builders of their cases; each task keeps its "
+                                "mutant catalog beside it (docs/exercises.md)",
+    "attnlab/exercises/ch10.py": "chapter 10's tasks share the tiny transformers models of their cases; each task "
+                                 "keeps its mutant catalog beside it",
+}
 
 
 def modules(*folders: str) -> list[pathlib.Path]:
@@ -55,7 +63,7 @@ def test_no_computing_module_imports_what_draws():
     figures = ROOT / "attnlab" / "figures"
     offenders = {}
     for path in modules("attnlab"):
-        if path.is_relative_to(figures) or path == ROOT / "attnlab" / "__init__.py":
+        if path.is_relative_to(figures) or path == SETUP:
             continue
         drawn = sorted(name for name in imported_modules(path) if name.startswith("attnlab.figures"))
         if drawn:
@@ -67,7 +75,7 @@ def test_every_figure_module_lives_in_attnlab_figures():
     # a module that imports matplotlib draws: it belongs in attnlab/figures (the grader's and the
     # auditor's modules included)
     figures = ROOT / "attnlab" / "figures"
-    drawing = [relative(p) for p in modules("attnlab") if not p.is_relative_to(figures)
+    drawing = [relative(p) for p in modules("attnlab") if not p.is_relative_to(figures) and p != SETUP
                and any(name.split(".")[0] == "matplotlib" for name in imported_modules(p))]
     assert drawing == []
 
@@ -79,7 +87,7 @@ def layout_section() -> str:
 
 def test_the_readme_layout_names_every_module_and_package_of_the_tree():
     section = layout_section()
-    named = set(re.findall(r"[\w./-]+", section))
+    named = {word.rstrip("/,.:;)").rsplit("/", 1)[-1].removesuffix(".py") for word in re.findall(r"[\w./-]+", section)}
     missing = []
     for folder in ("attnlab", "attnlab/figures", "tools", "benchmarks"):
         for path in sorted((ROOT / folder).iterdir()):
@@ -87,7 +95,7 @@ def test_the_readme_layout_names_every_module_and_package_of_the_tree():
                 continue
             if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists()):
                 name = path.stem if path.suffix == ".py" else path.name
-                if not any(word.rstrip("/,.:;)").endswith(name) or word.startswith(name) for word in named):
+                if name not in named:
                     missing.append(relative(path))
     assert missing == [], "name these in the README's layout section"
 

@@ -127,7 +127,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
     # test_the_widget_managers_fonts_all_come_from_its_own_folder keeps its fonts in its folder).
     # axe starts on each page of the four as soon as it has loaded, so the four audits run in their
     # own renderer processes at once; each is read before that page's controls are clicked.
-    assert AXE.exists(), "axe-core missing: tools/site.py installs web/package-lock.json"
+    assert AXE.exists(), "axe-core missing: tools/site/ installs web/package-lock.json"
     axe = AXE.read_text("utf-8")
     rels = list(all_pages(html_root))
     with_widgets = set(widget_pages(html_root))
@@ -216,7 +216,7 @@ def test_no_page_has_a_critical_or_serious_accessibility_violation(every_page):
 
 
 def test_every_icon_a_page_draws_is_in_the_cut_font_awesome_fonts(html_root, every_page):
-    # tools/site.py cuts Font Awesome's web fonts to the icons the pages name (cut_font_awesome);
+    # tools/site/ cuts Font Awesome's web fonts to the icons the pages name (cut_font_awesome);
     # a glyph missing there would show as an empty box. The pages draw about twenty icons.
     from fontTools.ttLib import TTFont
 

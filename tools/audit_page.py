@@ -5,7 +5,7 @@
 
 The JSON (attnlab/data/audit-transformers.json) is what ``python -m attnlab.audit --all --json``
 writes; the page source is a ``kind: page`` source (docs/authoring.md), rendered into
-chapters/{en,de,zh}/transformers-causality.md by tools/notebooks.py. ``make audit-page`` runs both.
+chapters/{en,de,zh}/transformers-causality.md by tools/notebooks/. ``make audit-page`` runs both.
 Every text of the page is in attnlab/messages.toml (``audit_page.*``, and the verdicts' ``audit.*``
 reasons), in three languages, rendered through ``attnlab.i18n.tr``.
 """

@@ -13,7 +13,7 @@ character is missing from the font.
     python tools/make_font.py
 
 The site's CJK web font is cut from this subset by ``tools.web_font.make_web_font``
-(called by tools/site.py, no Debian font needed, fontTools only): a WOFF2 with
+(called by tools/site/, no Debian font needed, fontTools only): a WOFF2 with
 exactly the CJK characters of the built pages.
 """
 

@@ -1,6 +1,6 @@
 """The site's CJK web font, cut from the package's font subset with fontTools alone.
 
-The site build (tools/site.py) calls :func:`make_web_font`; it must not import
+The site build (tools/site/) calls :func:`make_web_font`; it must not import
 ``attnlab``, whose package imports torch and numpy: ``make book`` installs only
 requirements/site.txt. The subset itself (attnlab/fonts/) is made by
 tools/make_font.py, which shares :func:`subset_font`.

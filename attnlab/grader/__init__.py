@@ -28,7 +28,7 @@ One idea per module (docs/exercises.md explains how to write a task):
 * :mod:`.notebook` — ``check`` and ``summary``;
 * :mod:`.cli` — ``python -m attnlab.grader grade``.
 
-The mutants stay beside each task in ``attnlab/exercises/chN.py``.
+The mutants stay beside each task in ``attnlab/exercises/chN.py`` (or its module of ``chN/``).
 """
 
 from .compare import BLOCKED_AT_MOST, compare_outputs, compare_values, same_output

@@ -96,7 +96,7 @@ def page_text(text: str, lang: str, where: str) -> str:
 
 def render_page(source: Source, lang: str) -> str:
     """A plain Markdown page; its code cells become ``python`` code blocks (not executed)."""
-    header = f"<!-- Generated from {source.rel} by tools/notebooks.py: edit the source, not this file. -->\n\n"
+    header = f"<!-- Generated from {source.rel} by python -m tools.notebooks: edit the source, not this file. -->\n\n"
     parts = [page_text(cell.text[lang], lang, f"{source.rel}:{cell.line}") if cell.kind == "markdown"
              else f"```python\n{render_code(cell.text, lang)}\n```"
              for cell in source.cells]

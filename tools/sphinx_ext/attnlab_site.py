@@ -7,7 +7,7 @@
 * alt text for widget frames (tools/web/widget-alt.js) and an accessible name
   for the theme's search button that holds its visible words;
 * a "Course (PDF)" link in the theme's download menu when the site has the
-  course's PDF (``attnlab_pdf``, set by tools/site.py only if ``make pdf`` made one);
+  course's PDF (``attnlab_pdf``, set by tools/site/ only if ``make pdf`` made one);
 * drops script tags that Sphinx 7.4 adds twice (the Thebe inline script:
   "THEBE_JS_URL already declared" in the browser console).
 """
