@@ -4,7 +4,8 @@ import pytest
 from fontTools.ttLib import TTFont
 from matplotlib.figure import Figure
 
-from attnlab import fonts, i18n
+from attnlab import i18n
+from attnlab.figures import fonts
 
 
 def test_every_message_has_all_languages_with_the_same_placeholders():
