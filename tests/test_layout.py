@@ -105,3 +105,17 @@ def test_every_path_the_readme_layout_names_exists():
     paths = {word.rstrip(",.:;)") for word in re.findall(r"(?<![\w`])(?:attnlab|tools|benchmarks|tests|docs)/[\w./{},-]*", section)}
     gone = [p for p in sorted(paths) if "{" not in p and not (ROOT / p).exists()]
     assert gone == []
+
+
+def test_nothing_imports_a_folder_of_attnlab_that_is_not_a_package():
+    # attnlab/fonts/ and attnlab/data/ hold files; Python imports such a folder as an empty
+    # namespace package, so `from attnlab import fonts` (the old module, now attnlab.figures.fonts)
+    # would import without error and fail only where it is used
+    folders = {p.name for p in (ROOT / "attnlab").iterdir() if p.is_dir() and not (p / "__init__.py").exists()}
+    wrong = []
+    for path in modules("attnlab", "tools", "benchmarks", "tests"):
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if parts[0] == "attnlab" and len(parts) > 1 and parts[1] in folders:
+                wrong.append(f"{relative(path)}: {name}")
+    assert wrong == []
