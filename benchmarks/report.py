@@ -113,6 +113,9 @@ def plot(result: dict, path: pathlib.Path) -> None:
     ax3.plot(contexts, [r["tokens_per_s_no_cache"] for r in result["decode"]], marker="o", label="recompute")
     ax3.set(xscale="log", yscale="log", xlabel="context", ylabel="tokens/s", title="greedy decoding")
     ax3.legend(fontsize=7)
+    label_the_measured_sizes(ax1, Ts)
+    label_the_measured_sizes(ax2, Ts)
+    label_the_measured_sizes(ax3, contexts)
     if bf16:
         Ts = [r["T"] for r in bf16]
         for key, label in (("flash_causal_ms", "flash is_causal"), ("flash_full_ms", "flash full"),
@@ -121,4 +124,25 @@ def plot(result: dict, path: pathlib.Path) -> None:
             ax4[0].plot(Ts, [r[key] for r in bf16], marker="o", label=label)
         ax4[0].set(xscale="log", yscale="log", xlabel="T", ylabel="ms", title="bfloat16 on the GPU")
         ax4[0].legend(fontsize=7)
+        label_the_measured_sizes(ax4[0], Ts)
     fig.savefig(path, dpi=100)
+
+
+def label_the_measured_sizes(ax, sizes: list[int]) -> None:
+    """Ticks at the sizes measured, written 1k, 4k, ..., and no labels on minor ticks: a log axis
+    spanning less than a decade labels them (2x10^3, 3x10^3, ...), and their labels run into each
+    other. A y axis spanning under two decades gets plain labels at 1, 2 and 5 times a power of
+    ten instead, so it keeps some."""
+    import math
+
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_locator(FixedLocator(sizes))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1024:g}k" if x >= 1024 else f"{x:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    low, high = ax.get_ylim()
+    if math.log10(high / low) < 2:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(plain)
