@@ -3,9 +3,10 @@
 What chapters 3 and 8 say about CUDA, checked where it can be: flash attention takes
 ``is_causal`` but not an explicit mask, fused attention needs a fraction of the
 memory (``torch.cuda.max_memory_allocated``) and beats the explicit version in
-bfloat16 (chapter 3); a row with nothing to read is zero, not NaN, on every CUDA
-backend that takes a mask, and the block mask compiled FlexAttention runs on leaves
-the empty blocks out while its result equals SDPA with the dense mask (chapter 8;
+bfloat16 (chapter 3); a row with nothing to read is finite on every CUDA
+backend that takes a mask and zero on the math and memory-efficient ones, and the
+block mask compiled FlexAttention runs on leaves the empty blocks out while its
+result equals SDPA with the dense mask (chapter 8;
 which blocks the kernel visits is counted from the block mask, not measured).
 ``ATTNLAB_REQUIRE_GPU=1`` turns the skip into a failure (the GPU script sets it,
 so a machine without a working GPU cannot pass silently).
