@@ -15,13 +15,13 @@
 # which fetches requirements/gpu.txt and everything it needs at the lock's
 # versions, then drops the wheels named in SKIP_WHEELS: a device call carries
 # at most 64 MiB with the working tree (18 MiB), and the whole closure is
-# 73 wheels, 45 MiB. The default drops what the notebooks never import
+# about 75 wheels, 45 MiB. The default drops what the notebooks never import
 # (debugpy and jedi: ipykernel and IPython load them only for a debugger and
 # tab completion; widgetsnbextension: the widgets' JavaScript for a browser)
 # and what the H200 image of the device machine already has (numpy, pillow,
 # huggingface_hub, tokenizers and the rest of the list below, at versions
 # inside transformers' and matplotlib's ranges; pydantic and httpx2 only for huggingface_hub 2);
-# 34 wheels, 28 MiB are left.
+# 35 wheels, 28 MiB are left (2026-12-04).
 # The packages requirements/gpu.txt pins, numpy and pillow apart, always travel.
 # SKIP_WHEELS= keeps them all.
 #
