@@ -17,6 +17,7 @@ from functools import lru_cache
 from importlib import resources
 
 from .i18n import tr
+from .inputs import describe
 
 FILES = {"cpu": "benchmarks.json", "cuda": "benchmarks_cuda.json"}
 WRITTEN_BY = {"cpu": "run `make bench`", "cuda": "run `BENCH=1 bash tools/gpu_check.sh` on a GPU machine"}
@@ -25,7 +26,7 @@ WRITTEN_BY = {"cpu": "run `make bench`", "cuda": "run `BENCH=1 bash tools/gpu_ch
 @lru_cache(maxsize=2)
 def measured(device: str = "cpu") -> dict:
     if device not in FILES:
-        raise ValueError(f"device must be one of {sorted(FILES)}, not {device!r}")
+        raise ValueError(tr("error.bench_device", got=describe(device)))
     path = resources.files("attnlab").joinpath("data", FILES[device])
     if not path.is_file():
         raise FileNotFoundError(f"attnlab/data/{FILES[device]} is missing: {WRITTEN_BY[device]} (it writes it)")

@@ -12,6 +12,7 @@ import attnlab
 from attnlab.batching import forward_with_mask
 from attnlab.gpt import KVCache
 from attnlab.mask_builder import batch_mask, mask_mod
+from attnlab.results import measured
 from attnlab.tokenizer import course_tokenizer
 from attnlab.window_cache import WindowKVCache, decode_greedy
 from language_checks import assert_message_in_languages
@@ -75,6 +76,9 @@ CASES = [  # (key, exception, call, {lang: words})
     ("decode_shape", TypeError, lambda: course_tokenizer().decode(torch.zeros(1, 5, dtype=torch.long)),
      {"en": ["decode takes one sequence of token ids", "Tensor (1, 5)", "decode(ids[0])"],
       "de": ["decode erwartet eine Folge von Token-IDs", "decode(ids[0])"], "zh": ["decode 接受一条 token id 序列", "decode(ids[0])"]}),
+    ("bench_device", ValueError, lambda: measured("gpu"),
+     {"en": ['exist for device "cpu" and "cuda"', "'gpu'"], "de": ['für die Geräte "cpu" und "cuda"'],
+      "zh": ['只有 "cpu" 和 "cuda" 两种设备']}),
 ]
 
 
@@ -89,7 +93,7 @@ def test_every_new_message_has_a_case():
 
     new = {"mask_type", "mask_dtype", "mask_additive", "mask_shape", "mask_empty", "mask_future", "position_ids",
            "position_ids_range", "block_size_rope", "cache_dtype", "decode_shape", "keep_additive", "keep_values",
-           "part_whole_model"}
+           "part_whole_model", "bench_device"}
     assert new <= {key.removeprefix("error.") for key in catalog()}
     assert {case[0] for case in CASES} == new
 
