@@ -37,6 +37,5 @@ def machine_line(device: str = "cpu") -> str:
     """One line naming the machine the committed numbers come from."""
     result = measured(device)
     m = result["machine"]
-    gpu = f", {m['gpu']}" if m.get("gpu") else ""
-    return tr("bench.machine", cpu=f"{m['cpu']}{gpu}", cores=m["cores"], torch=m["torch"], device=m["device"],
-              date=result["date"])
+    cpu = tr("bench.cpu_and_gpu", cpu=m["cpu"], gpu=m["gpu"]) if m.get("gpu") else m["cpu"]
+    return tr("bench.machine", cpu=cpu, cores=m["cores"], torch=m["torch"], device=m["device"], date=result["date"])
