@@ -1,12 +1,14 @@
 """Chinese text on a machine without any CJK font: the site's own web font (a subset of Noto Sans
-SC with exactly the characters each site shows), and a browser with a CJK font never downloads it."""
+SC with exactly the characters each site shows), and a browser with a CJK font never downloads it.
+That the web font holds every CJK character a page shows is read in test_site_pages.py's one pass
+over every page."""
 
 import os
 import re
 
 import pytest
 
-from site_support import LANGS, WAIT_MS, Visit, all_pages, font_families, visit_all
+from site_support import LANGS, WAIT_MS, Visit, font_families
 from tools import site
 
 WEB_FONT_PATH = "/_static/assets/fonts/attnlab-cjk.woff2"
@@ -44,9 +46,6 @@ CJK_TEXT_FONTS = """() => {
   }
   return seen;
 }"""
-
-# What the reader sees as text, widgets included (rendered by JavaScript from their state).
-SHOWN_CJK = """() => [...new Set([...document.body.innerText].filter(c => /[\\u2e80-\\u9fff\\uf900-\\ufaff\\ufe10-\\uffef]/.test(c)))].join("")"""
 
 ZH_ELEMENTS = {  # what a Chinese reader must be able to read, by kind: (page, selector)
     "heading": ("01-causal-mask", "article h1"),
@@ -95,29 +94,6 @@ def test_chinese_text_is_drawn_on_a_machine_without_cjk_fonts(server, browser_wi
     assert tofu["pictures"][0] == tofu["pictures"][1], tofu["chars"]
     blocked.screenshot("zh_without_cjk_fonts_web_font_blocked")
     blocked.close()
-
-
-def test_the_web_font_holds_every_chinese_character_a_page_shows(html_root, server, browser_without_cjk_fonts):
-    from fontTools.ttLib import TTFont
-
-    cmap = TTFont(html_root / "zh" / WEB_FONT_PATH.lstrip("/"))["cmap"].getBestCmap()
-    context = browser_without_cjk_fonts.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
-    rels = [r for r in all_pages(html_root) if r.startswith("zh/")]
-    widgets = {f"{server}/{rel}" for rel in rels if "widget-state" in (html_root / rel).read_text("utf-8")}
-
-    def ready(visit):
-        if visit.page.url in widgets:
-            visit.page.wait_for_selector(".jupyter-widgets button", state="attached", timeout=WAIT_MS)
-
-    try:  # one context for all pages: the shared scripts come from its cache after the first ones
-        for rel, visit in zip(rels, visit_all(browser_without_cjk_fonts, context, [f"{server}/{rel}" for rel in rels],
-                                              ready)):
-            shown = visit.page.evaluate(SHOWN_CJK)
-            assert shown, rel
-            missing = [ch for ch in shown if ord(ch) not in cmap]
-            assert missing == [], (rel, "".join(missing))
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "de"])

@@ -1,6 +1,7 @@
 """Every page of the three sites in a browser, each loaded once: no console error, no failed or
 remote request; axe-core finds no critical or serious accessibility violation; every explorer's
-controls change its picture, and its frames are described in the reader's language.
+controls change its picture, and its frames are described in the reader's language; the site's
+own CJK web font holds every CJK character a page shows.
 
 The three checks used to load the pages three times (about 520 s of a 2-core machine); one pass
 (``every_page``) now records what each check needs, and the three tests below judge it, each
@@ -41,6 +42,7 @@ class Seen:
     alts: list | None = None  # the explorers' frame descriptions (audited pages)
     controls: str | None = None  # what went wrong with the explorer's controls; None: all fine or none
     icons: list = field(default_factory=list)  # (family, code point) of every Font Awesome 6 icon it can draw
+    shown_cjk: str = ""  # every CJK character the reader sees as text (widgets included), before any click
 
 
 # axe over the whole page, started without waiting; the promise is read later (window.attnlabAxe).
@@ -96,6 +98,12 @@ ICONS = """() => {
   return [...out];
 }"""
 
+# What the reader sees as text, widgets included (rendered by JavaScript from their state): its CJK
+# characters. innerText does not depend on the fonts installed, so this pass (a browser with CJK
+# fonts) reads the same characters as one without them; a second pass over the 39 Chinese pages
+# in test_site_fonts.py's browser without CJK fonts cost about 42 s for no other evidence.
+SHOWN_CJK = """() => [...new Set([...document.body.innerText].filter(c => /[\\u2e80-\\u9fff\\uf900-\\ufaff\\ufe10-\\uffef]/.test(c)))].join("")"""
+
 # ICONS, started without waiting (it reads the style of every element: 0.3 s a page); read later.
 START_ICONS = "() => { window.attnlabIcons = new Promise(done => setTimeout(() => done((" + ICONS + ")()), 0)); }"
 
@@ -138,6 +146,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
     def ready(visit):
         if visit.page.url in widget_urls:
             visit.page.wait_for_selector(".jupyter-widgets img", state="attached", timeout=WAIT_MS)
+            visit.page.wait_for_selector(".jupyter-widgets button", state="attached", timeout=WAIT_MS)
         visit.page.evaluate(START_ICONS)  # in the page's own process, while the others load
         if visit.page.url in audited_urls:  # the page as it first shows, before any click
             visit.page.add_script_tag(content=axe)
@@ -150,6 +159,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
         for rel, visit in zip(rels, visit_all(browser, context, [f"{server}/{rel}" for rel in rels], ready)):
             spent = seconds[rel] = {"wait": time.monotonic() - clock}
             now = seen[rel] = Seen(list(visit.errors), list(visit.failed), visit.remote_requests())
+            now.shown_cjk = visit.page.evaluate(SHOWN_CJK)
             clock = time.monotonic()
             now.icons = [(family, int(code)) for family, code in
                          (item.rsplit("|", 1) for item in visit.page.evaluate("window.attnlabIcons"))]
@@ -236,6 +246,20 @@ def test_every_icon_a_page_draws_is_in_the_cut_font_awesome_fonts(html_root, eve
     assert missing == {}, missing
     assert len(drawn) >= 10  # the theme's own icons: menu, search, colour modes, download, GitHub, ...
     assert all(sum(len(cmap) for cmap in by_name.values()) < 100 for by_name in fonts.values())  # cut, not whole
+
+
+def test_the_web_font_holds_every_cjk_character_a_page_shows(html_root, every_page):
+    # On a machine without CJK fonts every CJK character falls back to the site's own web font
+    # (test_site_fonts.py shows that it does); a character missing from it would show as a box.
+    from fontTools.ttLib import TTFont
+
+    cmaps = {lang: TTFont(html_root / lang / site.WEB_FONT)["cmap"].getBestCmap() for lang in ("en", "de", "zh")}
+    missing = {rel: "".join(ch for ch in seen.shown_cjk if ord(ch) not in cmaps[rel.split("/")[0]])
+               for rel, seen in every_page.items() if rel.split("/")[0] in cmaps}
+    assert {rel: chars for rel, chars in missing.items() if chars} == {}
+    zh_pages = [rel for rel in every_page if rel.startswith("zh/")]
+    assert len(zh_pages) >= 30 and all(every_page[rel].shown_cjk for rel in zh_pages)  # every Chinese page shows some
+    assert all("中" in every_page[rel].shown_cjk for rel in every_page if rel.startswith(("en/", "de/")))  # the switcher
 
 
 def test_a_code_block_that_starts_to_scroll_after_the_load_event_gets_its_tab_stop(server, browser):
