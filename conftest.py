@@ -94,6 +94,8 @@ def pytest_runtest_logreport(report):
 # to _build/test-durations.json for the next person who wants to balance the two workers.
 _file_seconds: dict[str, float] = {}
 _file_worker: dict[str, str] = {}
+_file_span: dict[str, tuple[float, float]] = {}  # first start, last stop (seconds since the epoch)
+_slow_items: list[tuple[float, str, str]] = []  # (seconds, node id, phase) of every phase over a second
 _worker_seconds: dict[str, float] = {}
 
 
@@ -103,6 +105,12 @@ def _record_duration(report):
     _file_seconds[name] = _file_seconds.get(name, 0.0) + report.duration
     _file_worker[name] = worker
     _worker_seconds[worker] = _worker_seconds.get(worker, 0.0) + report.duration
+    if report.duration > 1:
+        _slow_items.append((report.duration, report.nodeid, report.when))
+    start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+    if start is not None and stop is not None:
+        first, last = _file_span.get(name, (start, stop))
+        _file_span[name] = (min(first, start), max(last, stop))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -118,6 +126,12 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"busy per worker: {busy}; all files: {sum(_file_seconds.values()):.0f} s")
     out = ROOT / "_build" / "test-durations.json"
     out.parent.mkdir(exist_ok=True)
+    begin = min((span[0] for span in _file_span.values()), default=0.0)
     out.write_text(json.dumps({"workers": _worker_seconds,
-                               "files": [{"file": n, "seconds": round(s, 2), "worker": _file_worker[n]}
-                                         for n, s in ranked]}, indent=1) + "\n")
+                               "files": [{"file": n, "seconds": round(s, 2), "worker": _file_worker[n],
+                                          **({"from": round(_file_span[n][0] - begin, 1),
+                                              "to": round(_file_span[n][1] - begin, 1)} if n in _file_span else {})}
+                                         for n, s in ranked],
+                               "items over a second": [{"item": item, "phase": phase, "seconds": round(s, 2)}
+                                                       for s, item, phase in sorted(_slow_items, reverse=True)]},
+                              indent=1) + "\n")
