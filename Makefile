@@ -18,8 +18,10 @@ PORT   ?= 8000
 LAB_LANG ?= en
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TEST_RUN := make-$(shell date +%s%N)
 
-.PHONY: book site serve test venv site-venv notebooks font browser lab bench pdf audit-page clean
+
+.PHONY: book site serve test venv site-venv site-background notebooks font browser lab bench pdf audit-page clean
 
 $(SITE_STAMP): requirements/site.txt
 	$(PYTHON) -m venv $(VENV)
@@ -61,8 +63,16 @@ pdf: $(PDF_STAMP) browser      ## the course as one PDF per language in _build/p
 	$(BIN)/python -m tools.pdf build
 	$(BIN)/python -m tools.pdf check
 
-test: $(STAMP) browser         ## command 2: everything, nbval and browser tests included, on 2 cores; ends with the 10 slowest items
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --timeout 3000 --timeout-method thread --durations=10 --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
+# make test starts the site build in the background as soon as the site's packages are there: on
+# a fresh clone pip then installs torch and the rest on one core while the build takes the other;
+# the site tests find the site built for this run (ATTNLAB_TEST_RUN) or wait for the build.
+site-background: $(SITE_STAMP)  ## (make test) the three sites built in the background for this test run
+	@mkdir -p _build
+	@nohup $(BIN)/python -m tools.site build --once-for $(TEST_RUN) < /dev/null > _build/site-build-background.log 2>&1 &
+	@echo "building the site in the background for this run (_build/site-build-background.log)"
+
+test: $(SITE_STAMP) site-background $(STAMP) browser  ## command 2: everything, nbval and browser tests included, on 2 cores; ends with the 10 slowest items
+	ATTNLAB_TEST_RUN=$(TEST_RUN) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --timeout 3000 --timeout-method thread --durations=10 --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests chapters/en chapters/de chapters/zh solutions/en solutions/de solutions/zh
 
 lab: $(STAMP)                  ## JupyterLab (pinned in the lock) on 127.0.0.1 with chapter 1 open

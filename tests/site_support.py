@@ -5,10 +5,11 @@ ATTNLAB_CHROMIUM names, e.g. GitHub's runners' Chrome).
 The fixtures that use these live in tests/conftest.py. The site's tests are spread over three
 files (test_site.py, test_site_pages.py, test_site_fonts.py) so that pytest-xdist's two workers
 share them; the first one to need the site builds it, the others wait for that build
-(``built_site``), so it is built once per run, from scratch, warnings as errors.
+(``built_site``), so it is built once per run, from scratch, warnings as errors. ``make test``
+starts that build in the background before pytest, while pip installs the rest of the venv
+(``tools.site.build_once``; the run is named by ATTNLAB_TEST_RUN).
 """
 
-import fcntl
 import os
 import pathlib
 import re
@@ -20,20 +21,15 @@ from tools import site
 
 LANGS = ("en", "de", "zh")
 REPO = "attnlab/causal-attention"
+TEST_RUN = "ATTNLAB_TEST_RUN"  # make test names its run, so the site it builds in the background counts
 WAIT_MS = 60_000  # how long a browser test waits for what should appear within a second (a slow CI machine)
 
 
 def built_site() -> pathlib.Path:
-    """``site.HTML``, built from scratch once per test run, however many workers ask for it."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
-    site.BUILD.mkdir(parents=True, exist_ok=True)
-    marker = site.BUILD / "site-built-for-run"
-    with open(site.BUILD / "site-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
-        if not (marker.exists() and marker.read_text() == run):
-            marker.unlink(missing_ok=True)
-            site.build(list(LANGS))
-            marker.write_text(run)
+    """``site.HTML``, built from scratch once per test run, however many workers ask for it, and
+    not again if ``make test``'s background build already did it for this run (ATTNLAB_TEST_RUN)."""
+    run = os.environ.get(TEST_RUN) or os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+    site.build_once(run, list(LANGS))
     return site.HTML
 
 

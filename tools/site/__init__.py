@@ -31,7 +31,7 @@ from .font_awesome import ICON_FONTS, cut_font_awesome, drop_font_awesome_js, ic
 from .languages import PART_CAPTIONS, SPHINX_LANGUAGE, TOC_SECTIONS, build_language, language_files, localized_toc
 from .layout import BUILD, HTML, ROOT, TITLES
 from .pdf_download import PDF_DIR, PDF_DOWNLOAD, copy_pdf, pdf_link, site_message
-from .pipeline import build
+from .pipeline import build, build_once
 from .root_page import write_root_page
 from .widget_frames import WIDGET_STATE, compress_frames, smaller_png, webp_frame
 

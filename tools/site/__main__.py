@@ -1,5 +1,7 @@
 """The command line: ``python -m tools.site build [--lang LANG]`` (the three sites, or these) or
 ``python -m tools.site serve [--port N]`` (_build/html on http://127.0.0.1:8000/).
+``build --once-for RUN`` builds unless the site was already built for the test run RUN
+(``make test`` starts it in the background; see ``pipeline.build_once``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import http.server
 import sys
 
 from .layout import HTML, TITLES
-from .pipeline import build
+from .pipeline import build, build_once
 
 
 def serve(port: int) -> None:
@@ -25,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build", "serve"])
     parser.add_argument("--lang", action="append", choices=list(TITLES), help="build only these")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--once-for", metavar="RUN", help="build only if not yet built for this test run")
     args = parser.parse_args(argv)
-    if args.command == "build":
+    if args.command == "build" and args.once_for:
+        build_once(args.once_for, args.lang or list(TITLES))
+    elif args.command == "build":
         build(args.lang or list(TITLES))
     else:
         serve(args.port)

@@ -3,11 +3,13 @@ the root page, the web fonts."""
 
 from __future__ import annotations
 
+import fcntl
+
 from .assets import copy_assets
 from .cjk_font import write_web_fonts
 from .font_awesome import cut_font_awesome, drop_font_awesome_js
 from .languages import build_language
-from .layout import HTML
+from .layout import BUILD, HTML
 from .root_page import write_root_page
 from .widget_frames import compress_frames
 
@@ -26,3 +28,20 @@ def build(languages: list[str]) -> None:
     write_root_page()
     write_web_fonts(languages)
     print(f"\nThe site is in {HTML}/ (open {HTML / 'index.html'})")
+
+
+def build_once(run: str, languages: list[str]) -> None:
+    """``build(languages)`` from scratch, once for the test run named ``run``, however many
+    processes ask: the first to take the lock builds, the others wait for it and find the
+    marker. ``make test`` starts one in the background while pip installs the rest of the venv
+    (a fresh clone's pip keeps one core busy, the build takes the other); the site tests call it
+    too, so a site is there even when no background build ran or it failed (then they build
+    again and show its error)."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    marker = BUILD / "site-built-for-run"
+    with open(BUILD / "site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
+        if not (marker.exists() and marker.read_text() == run):
+            marker.unlink(missing_ok=True)
+            build(languages)
+            marker.write_text(run)
