@@ -8,9 +8,13 @@ chapter and solution), and nbval runs a smoke subset of English notebooks in a
 kernel from that venv, comparing stored outputs as the main suite does: chapter 1
 (widgets, fonts), 4 (the tokenizer's data files, training), 8 (FlexAttention), 9
 (processes talking over loopback), 10 when it exists (transformers) and solution 1
-(the grader). The main suite already runs every notebook, in every language, with nbval;
+(the grader). The main suite runs every other notebook, in every language, with nbval;
 running all of them a second time here cost about 160 s of a 2-core CI machine for
-no new evidence (docs/decisions.md, "Binder"). It
+no new evidence (docs/decisions.md, "Binder"). The smoke notebooks' cells run once per
+suite: here, each reported as an item of its own
+(``test_the_smoke_notebook_cell_passes_in_the_binder_venv[chapters/en/...::Cell N]``), and the
+root conftest.py leaves the same cells out of the main suite's nbval run when these items are
+collected (they took about 55 s there a second time). It
 runs inside a network namespace that has only loopback (``unshare -n``, or
 ``unshare -rn`` without root), so a notebook that fetched anything would fail;
 where namespaces are not permitted the offline test is skipped with the reason
@@ -47,6 +51,26 @@ SMOKE_NOTEBOOKS = ("chapters/en/01-*.ipynb", "chapters/en/04-*.ipynb", "chapters
 def smoke_notebooks() -> list[str]:
     """The English notebooks nbval runs in the Binder venv (see the module docstring)."""
     return [path.relative_to(ROOT).as_posix() for pattern in SMOKE_NOTEBOOKS for path in sorted(ROOT.glob(pattern))]
+
+
+def smoke_cells() -> list[str]:
+    """The nbval items of the smoke notebooks, named as nbval names them: ``NOTEBOOK::Cell N`` for
+    the N-th code cell (the Binder run checks that it ran exactly these)."""
+    import json
+
+    cells = []
+    for rel in smoke_notebooks():
+        code = [c for c in json.loads((ROOT / rel).read_text("utf-8"))["cells"] if c["cell_type"] == "code"]
+        cells += [f"{rel}::Cell {n}" for n in range(len(code))]
+    return cells
+
+
+OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR) (\S.*?::Cell \d+)(?: - .*)?$")
+
+
+def cell_outcomes(output: str) -> dict[str, str]:
+    """``{nbval item: "PASSED" | "FAILED" | "ERROR"}`` from the short summary of ``pytest -rA``."""
+    return {found.group(2): found.group(1) for found in map(OUTCOME.match, output.splitlines()) if found}
 
 
 def imported_modules() -> list[str]:
@@ -148,10 +172,11 @@ def binder_run(tmp_path_factory) -> BinderRun:
         '{"argv": ["%s", "-m", "ipykernel_launcher", "-f", "{connection_file}"], '
         '"display_name": "Binder venv", "language": "python"}' % python)
     prefix, why_not = offline_prefix()
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+    # -rA: a summary line per item, read by cell_outcomes (COLUMNS: no line cut short)
+    command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
                "--nbval", "--nbval-kernel-name", "binder", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
                *smoke_notebooks()]
-    env.update(JUPYTER_PATH=str(tmp / "jupyter"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
+    env.update(JUPYTER_PATH=str(tmp / "jupyter"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), COLUMNS="400")
     interfaces = ""
     if prefix:
         interfaces = subprocess.run([*prefix, str(python), "-c", INTERFACES], capture_output=True, text=True,
@@ -200,6 +225,18 @@ def test_a_fresh_venv_from_the_binder_files_imports_everything_and_runs_the_smok
     passed = re.search(r"(\d+) passed", binder_run.output)
     assert passed and int(passed.group(1)) > 0 and " failed" not in binder_run.output, binder_run.output[-3000:]
     assert binder_run.install_bytes < 1.5 * 2**30, "the Binder environment grew past 1.5 GiB"
+    # it ran exactly the cells the items below stand for, so none is left out of the suite
+    assert sorted(cell_outcomes(binder_run.output)) == sorted(smoke_cells()), binder_run.output[-3000:]
+
+
+@pytest.mark.parametrize("cell", smoke_cells())
+def test_the_smoke_notebook_cell_passes_in_the_binder_venv(binder_run, cell):
+    # the main suite's nbval item for this cell, run once, in the Binder venv's kernel (module docstring)
+    outcome = cell_outcomes(binder_run.output).get(cell)
+    if outcome != "PASSED":
+        start = binder_run.output.find(cell.rpartition("::")[2])  # nbval's report of the cell, if any
+        detail = binder_run.output[start:start + 4000] if outcome and start >= 0 else binder_run.output[-3000:]
+        pytest.fail(f"{cell}: {outcome or 'not run'} in the Binder venv\n{detail}")
 
 
 def test_the_binder_notebooks_and_imports_run_with_the_network_switched_off(binder_run):
