@@ -20,7 +20,6 @@ LAB_LANG ?= en
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_RUN := make-$(shell date +%s%N)
 
-
 .PHONY: book site serve test venv site-venv site-background notebooks font browser lab bench pdf audit-page clean
 
 $(SITE_STAMP): requirements/site.txt

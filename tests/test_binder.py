@@ -234,9 +234,9 @@ def test_the_smoke_notebook_cell_passes_in_the_binder_venv(binder_run, cell):
     # the main suite's nbval item for this cell, run once, in the Binder venv's kernel (module docstring)
     outcome = cell_outcomes(binder_run.output).get(cell)
     if outcome != "PASSED":
-        start = binder_run.output.find(cell.rpartition("::")[2])  # nbval's report of the cell, if any
-        detail = binder_run.output[start:start + 4000] if outcome and start >= 0 else binder_run.output[-3000:]
-        pytest.fail(f"{cell}: {outcome or 'not run'} in the Binder venv\n{detail}")
+        named = [line for line in binder_run.output.splitlines() if cell in line]  # nbval's lines about it
+        pytest.fail(f"{cell}: {outcome or 'not run'} in the Binder venv\n" + "\n".join(named[:20])
+                    + "\n...\n" + binder_run.output[-3000:])
 
 
 def test_the_binder_notebooks_and_imports_run_with_the_network_switched_off(binder_run):
