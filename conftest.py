@@ -11,16 +11,62 @@ from tools import numeric_paths
 ROOT = pathlib.Path(__file__).resolve().parent
 ORIGINAL_PATH_VARIABLES = {name: os.environ[name] for name in numeric_paths.VARIABLES if name in os.environ}
 TURN = numeric_paths.rotation()
+ORIGINAL_JUPYTER_PATH = os.environ.get("JUPYTER_PATH")
+FORKS = "ATTNLAB_KERNEL_FORKS"  # 0: every notebook in a kernel started the ordinary way
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     # Before pytest sets up the item's collectors: nbval starts a notebook's kernel in its file's
     # setup, and the kernel inherits os.environ, so each language's notebooks run on their own
-    # numeric path. Every other test gets the environment the run started with.
+    # numeric path, in a kernel forked from a server that has imported torch under that path
+    # (tools/kernel_forks.py; not where a kernel is named, as the Binder run names its venv's).
+    # Every other test gets the environment the run started with.
     is_notebook = type(item).__module__ == "nbval.plugin"
     path = numeric_paths.notebook_path(pathlib.Path(str(item.fspath)), ROOT, TURN) if is_notebook else None
     numeric_paths.apply(path, ORIGINAL_PATH_VARIABLES)
+    _restore("JUPYTER_PATH", ORIGINAL_JUPYTER_PATH)
+    if is_notebook and not item.config.option.nbval_kernel_name and forks_wanted():
+        kernel_forks().use()
+
+
+def _restore(name, value):
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def forks_wanted() -> bool:
+    return os.environ.get(FORKS, "1") != "0"
+
+
+_forks = []
+
+
+def kernel_forks():
+    """This test process's kernel fork servers (tools/kernel_forks.py), started on first use."""
+    if not _forks:
+        import tempfile
+
+        from tools.kernel_forks import KernelForks
+
+        _forks.append(KernelForks(tempfile.mkdtemp(prefix="attnlab-forks-")))
+    return _forks[0]
+
+
+@pytest.fixture
+def forked_kernels(monkeypatch):
+    """The ``python3`` kernel of every notebook run under this test is forked (tools/kernel_forks.py),
+    as nbval's are; ATTNLAB_KERNEL_FORKS=0 leaves the ordinary kernel."""
+    if forks_wanted():
+        monkeypatch.setenv("JUPYTER_PATH", os.environ.get("JUPYTER_PATH", ""))  # put back after the test
+        kernel_forks().use()
+
+
+def pytest_sessionfinish(session):
+    for forks in _forks:
+        forks.close()
 
 
 def pytest_report_header(config):

@@ -75,21 +75,34 @@ def launch_chromium(playwright, env=None):
               "--disable-component-update", "--no-first-run", "--disable-sync"])
 
 
-class Visit:
-    """One page in a fresh context (or a new page of ``context``), recording console errors and
-    every request."""
+def open_tab(context):
+    """A new page of ``context`` whose requests to any other host than this machine are aborted
+    (which also shows as a console error)."""
+    tab = context.new_page()
+    tab.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+    return tab
 
-    def __init__(self, browser, url, lang="en-US", context=None, wait=True):
-        self.own_context = context is None
-        self.context = context or browser.new_context(viewport={"width": 1280, "height": 900}, locale=lang)
-        self.page = self.context.new_page()
+
+class Visit:
+    """One page in a fresh context, a new page of ``context``, or ``tab`` (a page already open in a
+    context, navigated to ``url``): records console errors and every request from here on."""
+
+    def __init__(self, browser, url, lang="en-US", context=None, wait=True, tab=None):
+        self.own_context = context is None and tab is None
+        self.keep_tab = tab is not None
+        self.context = tab.context if tab else (context or browser.new_context(
+            viewport={"width": 1280, "height": 900}, locale=lang))
+        self.page = tab or open_tab(self.context)
         self.errors, self.requests = [], []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("request", lambda r: self.requests.append(r.url))
         self.failed = []  # (status, url) of every response >= 400, to name what a "Failed to load" error was
-        self.page.on("response", lambda r: self.failed.append((r.status, r.url)) if r.status >= 400 else None)
-        self.page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+        self.listeners = {
+            "console": lambda m: self.errors.append(m.text) if m.type == "error" else None,
+            "pageerror": lambda e: self.errors.append(str(e)),
+            "request": lambda r: self.requests.append(r.url),
+            "response": lambda r: self.failed.append((r.status, r.url)) if r.status >= 400 else None,
+        }
+        for event, listener in self.listeners.items():
+            self.page.on(event, listener)
         if wait:
             self.page.goto(url)
             self.page.wait_for_load_state("networkidle")
@@ -106,6 +119,9 @@ class Visit:
     def close(self):
         if self.own_context:
             self.context.close()
+        elif self.keep_tab:  # the tab goes on to the next page; this visit stops recording
+            for event, listener in self.listeners.items():
+                self.page.remove_listener(event, listener)
         else:
             self.page.close()
 
@@ -122,23 +138,39 @@ PARALLEL_PAGES = 4
 
 def visit_all(browser, context, urls, ready=None):
     """Visit every URL in ``context``, PARALLEL_PAGES at a time; yield each Visit once it is loaded
-    (network idle, then ``ready(visit)`` if given), closing it after the caller looked at it.
+    (network idle, then ``ready(visit)`` if given), and move on once the caller looked at it.
+
+    The pages load in PARALLEL_PAGES tabs that stay open, each going on to its next URL as a
+    reader follows a link: a new tab per page started a renderer process for each, which cost
+    about 0.8 s of CPU per page on a 2-core machine (4.98 against 14.41 s of CPU for six
+    pages), more than loading most pages. A reused tab starts from a fresh document (nothing of the
+    last page's scripts, styles or widgets survives a navigation), and records only what happens
+    after its new visit began.
 
     Each page is brought to the front before it is waited for and handed over: Chromium runs a tab
     in the background at a lower pace, and a click there waited about 2 s for the page's animation
     frames (0.1 s in front)."""
     urls = list(urls)
-    for start in range(0, len(urls), PARALLEL_PAGES):
-        batch = [Visit(browser, url, context=context, wait=False) for url in urls[start:start + PARALLEL_PAGES]]
-        for visit in batch:
-            visit.page.bring_to_front()
-            visit.page.wait_for_load_state("networkidle")
-            if ready:
-                ready(visit)
-        for visit in batch:
-            visit.page.bring_to_front()
-            yield visit
-            visit.close()
+    tabs = []
+    try:
+        for start in range(0, len(urls), PARALLEL_PAGES):
+            batch = []
+            for slot, url in enumerate(urls[start:start + PARALLEL_PAGES]):
+                if slot == len(tabs):
+                    tabs.append(open_tab(context))
+                batch.append(Visit(browser, url, wait=False, tab=tabs[slot]))
+            for visit in batch:
+                visit.page.bring_to_front()
+                visit.page.wait_for_load_state("networkidle")
+                if ready:
+                    ready(visit)
+            for visit in batch:
+                visit.page.bring_to_front()
+                yield visit
+                visit.close()
+    finally:
+        for tab in tabs:
+            tab.close()
 
 
 def visible_frames(page):

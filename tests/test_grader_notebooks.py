@@ -23,6 +23,10 @@ import pytest
 from attnlab import grader
 from attnlab.exercises import all_tasks, exercise_tasks
 
+# the command line's kernels are forked from a server that has imported torch, as nbval's are
+# (tools/kernel_forks.py; tests/test_kernel_forks.py shows they behave as ordinary ones)
+pytestmark = pytest.mark.usefixtures("forked_kernels")
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXERCISES = sorted({task.exercise for task in all_tasks().values()})
 
