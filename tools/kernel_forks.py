@@ -106,6 +106,20 @@ def receive_message(conn: socket.socket, max_fds: int = 0) -> tuple[dict | None,
 
 
 def launch(folder: str, kernel_args: list[str]) -> None:
+    kernel = None  # the forked kernel's pid, the leader of its own process group
+    early = []  # signals that came before the kernel did
+
+    def pass_on(signum, _frame):
+        if kernel is None:
+            early.append(signum)
+            return
+        try:
+            os.killpg(kernel, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED:
+        signal.signal(signum, pass_on)
     path = socket_path(folder, os.environ)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -118,17 +132,15 @@ def launch(folder: str, kernel_args: list[str]) -> None:
         conn.close()
         with open(os.path.join(folder, "ordinary.log"), "a", encoding="utf-8") as log:  # which, for whoever wonders
             print(f"{os.getpid()}: no server for the environment {environment_key(os.environ)}", file=log)
+        for signum in FORWARDED:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in early:  # as if the ordinary kernel had been there
+            os.kill(os.getpid(), signum)
         os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *kernel_args])
-    kernel = reply["pid"]  # the leader of its own process group
-
-    def pass_on(signum, _frame):
-        try:
-            os.killpg(kernel, signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in FORWARDED:
-        signal.signal(signum, pass_on)
+    kernel = reply["pid"]
+    for signum in early:
+        pass_on(signum, None)
     while True:
         try:
             ended, _ = receive_message(conn)
