@@ -337,6 +337,9 @@ class KernelForks:
                 server.wait(10)
             except self._subprocess.TimeoutExpired:
                 server.kill()
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
