@@ -109,7 +109,7 @@ def test_an_interrupt_stops_a_cell_of_a_forked_kernel_which_then_goes_on(forks, 
     assert not manager.is_alive()
 
 
-def test_a_forked_kernel_ends_when_the_process_jupyter_started_is_killed(forks, monkeypatch):
+def test_a_busy_forked_kernel_ends_when_the_process_jupyter_started_is_killed(forks, monkeypatch):
     forks.use()
     manager, client = kernel(monkeypatch, os.environ["JUPYTER_PATH"])
     try:
@@ -117,6 +117,8 @@ def test_a_forked_kernel_ends_when_the_process_jupyter_started_is_killed(forks, 
                                  "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
                                  "print(os.getpid(), child.pid)")
         pids = [int(pid) for pid in printed.split()]
+        client.execute("sum(range(10**13))")  # C code that holds the GIL: no thread of the kernel runs
+        time.sleep(1)
     finally:
         client.stop_channels()
     manager.shutdown_kernel(now=True)  # SIGKILL to the launcher's process group, as Jupyter does

@@ -44,6 +44,7 @@ import array
 import hashlib
 import json
 import os
+import selectors
 import signal
 import socket
 import struct
@@ -83,22 +84,26 @@ def send_message(conn: socket.socket, payload: dict, fds=()) -> None:
 
 
 def receive_message(conn: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """A message and the file descriptors sent with it; (None, []) when the other side has gone."""
-    data, ancillary, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(max_fds * 4) if max_fds else 0)
+    """One message and the file descriptors sent with it; (None, fds) when the other side has gone."""
+    header, ancillary, _, _ = conn.recvmsg(HEADER.size, socket.CMSG_SPACE(max_fds * 4) if max_fds else 0)
     fds = []
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds += array.array("i", payload[:len(payload) - len(payload) % 4]).tolist()
-    if not data:
+    header = receive_exactly(conn, HEADER.size, header)
+    if header is None:
         return None, fds
-    (length,) = HEADER.unpack(data[:HEADER.size])
-    data = data[HEADER.size:]
-    while len(data) < length:
-        more = conn.recv(length - len(data))
+    data = receive_exactly(conn, HEADER.unpack(header)[0])
+    return (None if data is None else json.loads(data)), fds
+
+
+def receive_exactly(conn: socket.socket, size: int, data: bytes = b"") -> bytes | None:
+    while len(data) < size:
+        more = conn.recv(size - len(data))
         if not more:
-            return None, fds
+            return None
         data += more
-    return json.loads(data), fds
+    return data
 
 
 # --------------------------------------------------------------------------
@@ -115,8 +120,11 @@ def launch(folder: str, kernel_args: list[str]) -> None:
             return
         try:
             os.killpg(kernel, signum)
-        except ProcessLookupError:
-            pass
+        except ProcessLookupError:  # not yet the leader of its own group
+            try:
+                os.kill(kernel, signum)
+            except ProcessLookupError:
+                pass
 
     for signum in FORWARDED:
         signal.signal(signum, pass_on)
@@ -141,15 +149,20 @@ def launch(folder: str, kernel_args: list[str]) -> None:
     kernel = reply["pid"]
     for signum in early:
         pass_on(signum, None)
+    parent = os.getppid()
+    conn.settimeout(1.0)
     while True:
         try:
             ended, _ = receive_message(conn)
             break
-        except InterruptedError:
-            continue
+        except TimeoutError:  # as an ordinary kernel watches its parent: the client gone, the kernel goes
+            if os.getppid() != parent:
+                pass_on(signal.SIGKILL, None)
+                sys.exit(1)
     status = (ended or {}).get("status", 1)
     if status < 0:  # the kernel died of a signal: so does this process
-        signal.signal(-status, signal.SIG_DFL)
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
 
@@ -159,7 +172,8 @@ def launch(folder: str, kernel_args: list[str]) -> None:
 
 
 def preload() -> None:
-    os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)  # as the kernel will, before matplotlib reads it
+    if not os.environ.get("MPLBACKEND"):  # as the kernel will (ipykernel's init_gui_pylab), before matplotlib reads it
+        os.environ["MPLBACKEND"] = INLINE_BACKEND
     import importlib
 
     for name in PRELOAD:
@@ -179,42 +193,74 @@ def serve(path: str) -> None:
     listener.bind(path + ".tmp")
     listener.listen(16)
     os.replace(path + ".tmp", path)  # the socket appears once the server is ready
-    listener.settimeout(0.05)
-    kernels: dict[int, socket.socket] = {}
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    kernels: dict[int, socket.socket] = {}  # pid -> its launcher's connection
+    server = os.getpid()
     try:
         while os.getppid() == parent:
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                conn = None
-            if conn is not None:
-                conn.settimeout(None)
-                request, fds = receive_message(conn, max_fds=3)
-                if request is None or len(fds) != 3 or environment_key(request["env"]) != key:
-                    send_message(conn, {"refused": "another environment"})  # the launcher starts an ordinary kernel
-                    conn.close()
-                    for fd in fds:
-                        os.close(fd)
-                else:
-                    pid = os.fork()
-                    if pid == 0:
-                        listener.close()
-                        for other in kernels.values():
-                            other.close()
-                        become_kernel(conn, request, fds)  # never returns
-                    kernels[pid] = conn
-                    for fd in fds:
-                        os.close(fd)
-                    send_message(conn, {"pid": pid})
-            reap(kernels)
+            for ready, _ in selector.select(timeout=0.2):
+                if ready.fileobj is listener:
+                    conn, _ = listener.accept()
+                    try:
+                        start_kernel(conn, key, kernels, listener, selector)
+                    except (OSError, ValueError, KeyError):  # a launcher that went away mid-request
+                        conn.close()
+                else:  # a launcher sends nothing after its request: readable means it has ended
+                    selector.unregister(ready.fileobj)
+                    kill_group(ready.data, signal.SIGKILL)  # even a kernel stuck in C code holding the GIL
+            reap(kernels, selector)
     finally:
+        if os.getpid() == server:  # not in a kernel that leaves through here
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def start_kernel(conn, key, kernels, listener, selector) -> None:
+    conn.settimeout(10)  # for the request only: the kernel's lifeline below blocks on this socket for good
+    request, fds = receive_message(conn, max_fds=3)
+    conn.settimeout(None)
+    if request is None or len(fds) != 3 or environment_key(request["env"]) != key:
+        for fd in fds:
+            os.close(fd)
+        send_message(conn, {"refused": "another environment"})  # the launcher starts an ordinary kernel
+        conn.close()
+        return
+    pid = os.fork()
+    if pid == 0:
+        selector.close()
+        listener.close()
+        for other in kernels.values():
+            other.close()
         try:
-            os.unlink(path)
-        except FileNotFoundError:
+            become_kernel(conn, request, fds)
+        except SystemExit:  # out through serve() and the interpreter's own exit, as a kernel's
+            raise
+        except BaseException:  # noqa: BLE001  (never into the server's loop: shown and ended, as a crash)
+            import traceback
+
+            traceback.print_exc()
+            sys.exit(1)
+    for fd in fds:
+        os.close(fd)
+    kernels[pid] = conn
+    send_message(conn, {"pid": pid})
+    selector.register(conn, selectors.EVENT_READ, pid)
+
+
+def kill_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
             pass
 
 
-def reap(kernels: dict) -> None:
+def reap(kernels: dict, selector) -> None:
     while kernels:
         try:
             pid, wait_status = os.waitpid(-1, os.WNOHANG)
@@ -226,6 +272,10 @@ def reap(kernels: dict) -> None:
         if conn is not None:
             status = -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.waitstatus_to_exitcode(wait_status)
             try:
+                selector.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            try:
                 send_message(conn, {"status": status})
             except OSError:
                 pass
@@ -234,58 +284,50 @@ def reap(kernels: dict) -> None:
 
 def become_kernel(conn: socket.socket, request: dict, fds: list[int]) -> None:
     """In the forked child: the environment, streams and directory Jupyter gave the launcher, then
-    ipykernel as ``python -m ipykernel_launcher`` runs it."""
-    try:
-        os.setsid()
-        for signum in (*FORWARDED, signal.SIGCHLD):  # the handlers a fresh interpreter starts with
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        import importlib.util
+    ipykernel as ``python -m ipykernel_launcher`` runs it, and the interpreter's own exit (atexit
+    handlers, threads joined) when the kernel is done: its SystemExit leaves through ``serve``,
+    whose clean-up is the server's only."""
+    os.setsid()
+    for signum in (*FORWARDED, signal.SIGCHLD):  # the handlers a fresh interpreter starts with
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import importlib.util
 
-        sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *request["args"]]  # as with -m
-        del sys.path[0]  # this script's folder; ipykernel adds the working directory back (as '')
-        import numpy
+    sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *request["args"]]  # as with -m
+    del sys.path[0]  # this script's folder; ipykernel adds the working directory back (as '')
+    import numpy
 
-        numpy.random.seed()  # fresh entropy, as numpy gives a fresh process
+    numpy.random.seed()  # fresh entropy, as numpy gives a fresh process
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:  # what multiprocessing noted when the server imported it
+        process.ORIGINAL_DIR = os.getcwd()  # its spawned children put this directory on sys.path
+        process.current_process().authkey = os.urandom(32)
 
-        import threading
+    import threading
 
-        def lifeline():  # the launcher gone (even by SIGKILL): the kernel and its processes end too
-            while True:
-                try:
-                    if not conn.recv(1):
-                        break
-                except InterruptedError:
-                    continue
-                except OSError:
+    def lifeline():  # the launcher gone: the kernel and its processes end too (the server kills them as well)
+        while True:
+            try:
+                if not conn.recv(1):
                     break
-            os.killpg(0, signal.SIGKILL)
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os.killpg(0, signal.SIGKILL)
 
-        threading.Thread(target=lifeline, name="kernel-forks-lifeline", daemon=True).start()
-        from ipykernel import kernelapp
+    threading.Thread(target=lifeline, name="kernel-forks-lifeline", daemon=True).start()
+    from ipykernel import kernelapp
 
-        kernelapp.launch_new_instance()
-    except SystemExit as end:
-        code = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    except BaseException:  # noqa: BLE001  (shown on the kernel's stderr, as a crash of a kernel would be)
-        import traceback
-
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    kernelapp.launch_new_instance()
+    sys.exit(0)
 
 
 # --------------------------------------------------------------------------
@@ -304,11 +346,13 @@ class KernelForks:
         self.jupyter_path = os.path.join(folder, "jupyter")
         spec = os.path.join(self.jupyter_path, "kernels", "python3")
         os.makedirs(spec, exist_ok=True)
+        from ipykernel.kernelspec import get_kernel_dict
+
+        kernel = get_kernel_dict()  # ipykernel's own spec (protocol version, encryption, debugger), our command
+        kernel.update(argv=[sys.executable, "-S", os.path.abspath(__file__), "launch", folder, "-f", "{connection_file}"],
+                      display_name=kernel["display_name"] + " (forked)")
         with open(os.path.join(spec, "kernel.json"), "w", encoding="utf-8") as out:
-            json.dump({"argv": [sys.executable, "-S", os.path.abspath(__file__), "launch", folder,
-                                "-f", "{connection_file}"],
-                       "display_name": "Python 3 (ipykernel, forked)", "language": "python",
-                       "metadata": {"debugger": True}}, out)
+            json.dump(kernel, out)
         self.servers: dict[str, object] = {}
 
     def use(self, environ=os.environ) -> None:
@@ -337,6 +381,7 @@ class KernelForks:
                 server.wait(10)
             except self._subprocess.TimeoutExpired:
                 server.kill()
+                server.wait()
         import shutil
 
         shutil.rmtree(self.folder, ignore_errors=True)
