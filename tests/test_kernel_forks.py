@@ -7,7 +7,6 @@ environment gets an ordinary kernel. nbval runs every notebook in such kernels (
 import json
 import os
 import pathlib
-import signal
 import sys
 import time
 
@@ -42,7 +41,7 @@ def run(client, code, timeout=60):
 
 
 @pytest.fixture
-def forks(tmp_path_factory, monkeypatch):
+def forks(monkeypatch):
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="attnlab-forks-test-")  # short: a Unix socket's path has at most 107 bytes
