@@ -11,7 +11,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+BASE_STAMP := $(VENV)/.base-installed
 SITE_STAMP := $(VENV)/.site-installed
+TORCH_STAMP := $(VENV)/.torch-installed
 STAMP  := $(VENV)/.installed
 PDF_STAMP := $(VENV)/.pdf-installed
 PORT   ?= 8000
@@ -20,17 +22,26 @@ LAB_LANG ?= en
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_RUN := make-$(shell date +%s%N)
 
-.PHONY: book site serve test venv site-venv site-background notebooks font browser lab bench pdf audit-page clean
+.PHONY: book site serve test venv venv-layers site-venv site-background notebooks font browser lab bench pdf audit-page clean
 
-$(SITE_STAMP): requirements/site.txt
-	$(PYTHON) -m venv $(VENV)
+$(BASE_STAMP):                 # an existing venv keeps its Python
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	touch $@
+
+$(SITE_STAMP): $(BASE_STAMP) requirements/site.txt
 	$(BIN)/python -m pip install --quiet -r requirements/site.txt
 	touch $@
 
-$(STAMP): $(SITE_STAMP) requirements/lock.txt pyproject.toml tools/torch_index.py
-	$(BIN)/python -m pip install --quiet $$($(BIN)/python tools/torch_index.py)
+# torch's wheel alone, without its dependencies (the lock brings them): no package in common with the
+# site's, so make test installs both at once (venv-layers)
+$(TORCH_STAMP): $(BASE_STAMP) requirements/lock.txt tools/torch_index.py
+	$(BIN)/python -m pip install --quiet $$($(BIN)/python tools/torch_index.py wheel)
+	touch $@
+
+$(STAMP): $(SITE_STAMP) $(TORCH_STAMP) requirements/lock.txt pyproject.toml tools/torch_index.py
 	$(BIN)/python -m pip install --quiet -r requirements/lock.txt
+	deps="$$($(BIN)/python tools/torch_index.py deps)"; test -z "$$deps" || $(BIN)/python -m pip install --quiet $$deps
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
@@ -63,14 +74,18 @@ pdf: $(PDF_STAMP) browser      ## the course as one PDF per language in _build/p
 	$(BIN)/python -m tools.pdf check
 
 # make test starts the site build in the background as soon as the site's packages are there: on
-# a fresh clone pip then installs torch and the rest on one core while the build takes the other;
-# the site tests find the site built for this run (ATTNLAB_TEST_RUN) or wait for the build.
+# a fresh clone pip has installed torch's wheel meanwhile (venv-layers) and then installs the rest
+# of the lock on one core while the build takes the other; the site tests find the site built for
+# this run (ATTNLAB_TEST_RUN) or wait for the build.
 site-background: $(SITE_STAMP)  ## (make test) the three sites built in the background for this test run
 	@mkdir -p _build
 	@nohup $(BIN)/python -m tools.site build --once-for $(TEST_RUN) < /dev/null > _build/site-build-background.log 2>&1 &
 	@echo "building the site in the background for this run (_build/site-build-background.log)"
 
-test: $(SITE_STAMP) site-background $(STAMP) browser  ## command 2: everything, nbval and browser tests included, on 2 cores; ends with the 10 slowest items
+venv-layers:                   ## (make test) the site's packages and torch's wheel, two pips at once
+	@$(MAKE) --no-print-directory -j2 $(SITE_STAMP) $(TORCH_STAMP)
+
+test: venv-layers site-background $(STAMP) browser  ## command 2: everything, nbval and browser tests included, on 2 cores; ends with the 10 slowest items
 	ATTNLAB_TEST_RUN=$(TEST_RUN) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --timeout 3000 --timeout-method thread --durations=10 --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests chapters/en chapters/de chapters/zh solutions/en solutions/de solutions/zh
 

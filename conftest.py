@@ -20,14 +20,18 @@ def pytest_runtest_setup(item):
     # Before pytest sets up the item's collectors: nbval starts a notebook's kernel in its file's
     # setup, and the kernel inherits os.environ, so each language's notebooks run on their own
     # numeric path, in a kernel forked from a server that has imported torch under that path
-    # (tools/kernel_forks.py; not where a kernel is named, as the Binder run names its venv's).
+    # (tools/kernel_forks.py; where a kernel is named, as the Binder run names its venv's, forked
+    # only if that kernel's spec is the fork launcher).
     # Every other test gets the environment the run started with.
     is_notebook = type(item).__module__ == "nbval.plugin"
     path = numeric_paths.notebook_path(pathlib.Path(str(item.fspath)), ROOT, TURN) if is_notebook else None
     numeric_paths.apply(path, ORIGINAL_PATH_VARIABLES)
     _restore("JUPYTER_PATH", ORIGINAL_JUPYTER_PATH)
-    if is_notebook and not item.config.option.nbval_kernel_name and forks_wanted():
-        kernel_forks().use()
+    if is_notebook and forks_wanted():
+        named = item.config.option.nbval_kernel_name
+        forks = named_kernel_forks(named) if named else kernel_forks()
+        if forks is not None:
+            forks.use()
 
 
 def _restore(name, value):
@@ -55,6 +59,26 @@ def kernel_forks():
     return _forks[0]
 
 
+_named_forks = {}
+
+
+def named_kernel_forks(name):
+    """The fork servers for the kernel spec ``name`` where its command is the launcher of
+    tools/kernel_forks.py (the Binder test's venv kernel), started here, in this run's network
+    namespace and environment; None where it is an ordinary kernel (or none: nbval says so)."""
+    if name not in _named_forks:
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+        from tools.kernel_forks import KernelForks, launcher_of
+
+        try:
+            found = launcher_of(KernelSpecManager().get_kernel_spec(name).argv)
+        except NoSuchKernel:
+            found = None
+        _named_forks[name] = KernelForks(found[1], python=found[0], spec=False) if found else None
+    return _named_forks[name]
+
+
 @pytest.fixture
 def forked_kernels(monkeypatch):
     """The ``python3`` kernel of every notebook run under this test is forked (tools/kernel_forks.py),
@@ -65,7 +89,7 @@ def forked_kernels(monkeypatch):
 
 
 def pytest_sessionfinish(session):
-    for forks in _forks:
+    for forks in [*_forks, *filter(None, _named_forks.values())]:
         forks.close()
 
 

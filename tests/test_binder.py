@@ -26,15 +26,20 @@ through the machine's own settings (a local wheel folder here,
 ``PIP_EXTRA_INDEX_URL`` in the GitHub workflow).
 """
 
+import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
 import pytest
+
+from tools.kernel_forks import kernel_spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
@@ -56,8 +61,6 @@ def smoke_notebooks() -> list[str]:
 def smoke_cells() -> list[str]:
     """The nbval items of the smoke notebooks, named as nbval names them: ``NOTEBOOK::Cell N`` for
     the N-th code cell (the Binder run checks that it ran exactly these)."""
-    import json
-
     cells = []
     for rel in smoke_notebooks():
         code = [c for c in json.loads((ROOT / rel).read_text("utf-8"))["cells"] if c["cell_type"] == "code"]
@@ -76,7 +79,6 @@ def cell_outcomes(output: str) -> dict[str, str]:
 def imported_modules() -> list[str]:
     """Every module (dotted name) that a code cell of a chapter or solution notebook imports."""
     import ast
-    import json
 
     names = set()
     for path in sorted(ROOT.glob("chapters/*/*.ipynb")) + sorted(ROOT.glob("solutions/*/*.ipynb")):
@@ -137,6 +139,7 @@ class BinderRun:
     returncode: int
     output: str
     imports: subprocess.CompletedProcess
+    ordinary_kernels: int  # kernels started the ordinary way, not forked
 
 
 def folder_bytes(path: pathlib.Path) -> int:
@@ -154,28 +157,36 @@ def binder_run(tmp_path_factory) -> BinderRun:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNLAB_WIDGETS", "PYTHONDONTWRITEBYTECODE")}
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # without pip of its own (ensurepip cost about 6 s of CPU): this venv's pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site_packages = None
     for what in (["-r", str(requirements)], [f"ipykernel=={lock_pins()['ipykernel']}"]):  # Binder's, then the kernel
         # --no-compile: no .pyc for the thousands of .py files of torch and friends; the modules a kernel
         # imports compile when first imported and are written then (once per run, not per kernel)
-        pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                              "--no-compile", *what],
+        pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                              "--disable-pip-version-check", "--no-compile", *what],
                              cwd=ROOT, env=env, capture_output=True, text=True)  # cwd: "-e ." is the repository
         assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-3000:]
         if site_packages is None:
             site_packages = next(venv.glob("lib/python*/site-packages"))
             install_bytes = folder_bytes(site_packages) - sum(folder_bytes(p) for p in site_packages.glob("pip*"))
             install_seconds = time.monotonic() - start
+    # The venv's kernel, forked from a server in that venv that has imported torch and the course
+    # (tools/kernel_forks.py; the nested run's root conftest.py starts it inside the network
+    # namespace), or the ordinary kernel of this venv where ATTNLAB_KERNEL_FORKS=0.
     kernel = tmp / "jupyter" / "kernels" / "binder"
     kernel.mkdir(parents=True)
-    (kernel / "kernel.json").write_text(
-        '{"argv": ["%s", "-m", "ipykernel_launcher", "-f", "{connection_file}"], '
-        '"display_name": "Binder venv", "language": "python"}' % python)
+    forks = tempfile.mkdtemp(prefix="attnlab-binder-forks-")  # short: a Unix socket's path has ~100 bytes
+    spec = kernel_spec(forks, str(python), "Binder venv") if os.environ.get("ATTNLAB_KERNEL_FORKS", "1") != "0" else {
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Binder venv",
+        "language": "python"}
+    (kernel / "kernel.json").write_text(json.dumps(spec))
     prefix, why_not = offline_prefix()
-    # -rA: a summary line per item, read by cell_outcomes (COLUMNS: no line cut short)
-    command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+    # -rA: a summary line per item, read by cell_outcomes (COLUMNS: no line cut short). One process:
+    # two xdist workers cost two more interpreters with pytest and nbval (and two fork servers)
+    # for notebooks that take about 45 s together, while the main run's workers keep both cores busy.
+    command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
                "--nbval", "--nbval-kernel-name", "binder", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
                *smoke_notebooks()]
     env.update(JUPYTER_PATH=str(tmp / "jupyter"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), COLUMNS="400")
@@ -186,9 +197,14 @@ def binder_run(tmp_path_factory) -> BinderRun:
         command = [*prefix, *command]
     imports = subprocess.run([*(prefix or []), str(python), "-c", f"import {', '.join(imported_modules())}"],
                              cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    try:
+        run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        ordinary = pathlib.Path(forks, "ordinary.log")  # kernels that found no server (tools/kernel_forks.py)
+        ordinary_kernels = len(ordinary.read_text().splitlines()) if ordinary.exists() else 0
+    finally:
+        shutil.rmtree(forks, ignore_errors=True)
     return BinderRun(prefix is not None, why_not, interfaces, install_bytes, install_seconds,
-                     run.returncode, run.stdout + run.stderr, imports)
+                     run.returncode, run.stdout + run.stderr, imports, ordinary_kernels)
 
 
 def test_binder_files_pin_the_cpu_torch_and_the_lock_versions():
@@ -220,7 +236,8 @@ def test_the_smoke_subset_covers_what_only_a_binder_venv_can_fail_on():
 
 def test_a_fresh_venv_from_the_binder_files_imports_everything_and_runs_the_smoke_notebooks(binder_run):
     print(f"\nbinder/requirements.txt: {binder_run.install_bytes / 2**20:.0f} MiB installed "
-          f"(site-packages without pip), in {binder_run.install_seconds:.0f} s")
+          f"(site-packages without pip), in {binder_run.install_seconds:.0f} s; "
+          f"{binder_run.ordinary_kernels} kernels not forked")
     assert binder_run.imports.returncode == 0, (
         "a module some notebook imports is missing from binder/requirements.txt:\n" + binder_run.imports.stderr[-3000:])
     assert binder_run.returncode == 0, binder_run.output[-6000:]

@@ -318,6 +318,20 @@ def test_widgets_respond_when_the_page_is_opened_from_disk(html_root, browser):
     visit.close()
 
 
+def test_the_test_browser_reaches_no_other_host_and_records_the_attempt(server, browser):
+    # The page tests' "no remote request" rests on this: a request to another host, by name or by
+    # address, fails in the browser (a console error) and is recorded (site_support.OFFLINE).
+    visit = Visit(browser, f"{server}/en/index.html")
+    targets = ["https://example.com/x.js", "http://93.184.215.14/x.js"]
+    failed = visit.page.evaluate("""async urls => Promise.all(urls.map(url =>
+        fetch(url).then(() => "loaded", error => "failed: " + error.message)))""", targets)
+    assert [result.startswith("failed") for result in failed] == [True, True], failed
+    assert set(targets) <= set(visit.remote_requests()), visit.requests
+    # failed at the browser's dead proxy, not by chance of this machine's network
+    assert sum("ERR_PROXY_CONNECTION_FAILED" in error for error in visit.errors) == 2, visit.errors
+    visit.close()
+
+
 def test_language_switcher_leads_to_the_same_chapter(server, browser):
     visit = Visit(browser, f"{server}/en/chapters/en/01-causal-mask.html")
     visit.page.click("nav.attnlab-lang a[hreflang=de]")

@@ -49,7 +49,20 @@ def test_the_other_commands_add_the_lock_with_the_chosen_torch_first(tmp_path, t
     site = next(i for i, c in enumerate(commands) if "-r requirements/site.txt" in c)
     torch = next(i for i, c in enumerate(commands) if "tools/torch_index.py" in c)
     lock = next(i for i, c in enumerate(commands) if "-r requirements/lock.txt" in c)
-    assert site < torch < lock  # the lock's torch==X is then satisfied by the build chosen
+    deps = next(i for i, c in enumerate(commands) if "tools/torch_index.py deps" in c)
+    assert site < lock and torch < lock < deps  # the lock's torch==X is then satisfied by the build chosen
+    assert "tools/torch_index.py wheel" in commands[torch]  # no dependency: it may run beside the site's pip
+
+
+def test_make_test_installs_the_sites_packages_and_torchs_wheel_at_once(tmp_path):
+    # two pips into one venv at once is safe only because they share no package: the site's
+    # requirements do not hold torch, and torch's wheel comes without its dependencies
+    commands = make_dry_run("test", VENV=tmp_path / "venv").splitlines()
+    assert commands[0].split()[1:3] == ["--no-print-directory", "-j2"] and commands[0].endswith(
+        f"{tmp_path}/venv/.site-installed {tmp_path}/venv/.torch-installed")
+    assert "torch" not in pins("requirements/site.txt")
+    for choice in torch_index.CHOICES:
+        assert "--no-deps" in torch_index.pip_arguments(choice, VERSION, "wheel")
 
 
 def test_the_site_build_imports_neither_the_package_nor_torch_nor_numpy(tmp_path):
@@ -114,6 +127,14 @@ def test_the_exact_pip_arguments():
     assert torch_index.pip_arguments("cuda", VERSION) == [f"torch=={VERSION}"]
     assert torch_index.pip_arguments("pip", VERSION) == [f"torch=={VERSION}"]
     assert VERSION == pins("requirements/lock.txt")["torch"]
+    # in two steps around the lock: the wheel alone, then what the lock lacks (the CUDA build's libraries)
+    assert torch_index.pip_arguments("cpu", VERSION, "wheel") == torch_index.pip_arguments("cpu", VERSION)
+    assert torch_index.pip_arguments("cuda", VERSION, "wheel") == [f"torch=={VERSION}", "--no-deps"]
+    assert torch_index.pip_arguments("pip", VERSION, "wheel") == [f"torch=={VERSION}", "--no-deps"]
+    assert torch_index.pip_arguments("cuda", VERSION, "deps") == [f"torch=={VERSION}"]
+    assert torch_index.pip_arguments("cpu", VERSION, "deps") == torch_index.pip_arguments("pip", VERSION, "deps") == []
+    with pytest.raises(SystemExit, match="all, wheel, deps"):
+        torch_index.pip_arguments("cpu", VERSION, "most")
 
 
 def test_local_wheels_are_found_for_this_python_only(tmp_path):

@@ -67,10 +67,11 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 HEADER = struct.Struct("!I")
 
 
-def environment_key(environ) -> str:
-    """What a kernel's environment must match to be forked from a server: all of it but PER_KERNEL."""
+def environment_key(environ, python: str = sys.executable) -> str:
+    """What a kernel must match to be forked from a server: its interpreter (``sys.executable``
+    there) and all of its environment but PER_KERNEL."""
     kept = sorted((name, value) for name, value in environ.items() if name not in PER_KERNEL)
-    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([python, kept]).encode()).hexdigest()[:16]
 
 
 def socket_path(folder: str, environ) -> str:
@@ -334,37 +335,56 @@ def become_kernel(conn: socket.socket, request: dict, fds: list[int]) -> None:
 # the suite's side: servers per environment and the kernel spec
 
 
-class KernelForks:
-    """The fork servers of one test process (one per environment it asked for) and the kernel
-    spec folder (``jupyter_path``) whose ``python3`` kernel is the launcher."""
+def kernel_spec(folder: str, python: str = sys.executable, display_name: str | None = None) -> dict:
+    """A kernel spec (kernel.json) whose kernel is forked from a server of ``python`` that listens
+    in ``folder`` (``KernelForks``); ipykernel's own spec (protocol version, encryption, debugger)
+    with the launcher as its command."""
+    from ipykernel.kernelspec import get_kernel_dict
 
-    def __init__(self, folder: str):
+    kernel = get_kernel_dict()
+    kernel.update(argv=[python, "-S", os.path.abspath(__file__), "launch", folder, "-f", "{connection_file}"],
+                  display_name=display_name or kernel["display_name"] + " (forked)")
+    return kernel
+
+
+def launcher_of(argv: list[str]) -> tuple[str, str] | None:
+    """``(python, folder)`` where ``argv`` is a kernel spec's command made by ``kernel_spec``."""
+    if len(argv) >= 5 and argv[1:2] == ["-S"] and argv[2] == os.path.abspath(__file__) and argv[3] == "launch":
+        return argv[0], argv[4]
+    return None
+
+
+class KernelForks:
+    """The fork servers of one test process (one per environment it asked for) for the kernels of
+    ``python`` whose launcher looks in ``folder``. Made with ``spec=True``, it owns the folder and
+    writes the ``python3`` kernel spec there (``jupyter_path``) that ``use`` puts first in
+    JUPYTER_PATH; made for a kernel spec written elsewhere (``spec=False``, as the Binder test
+    names its venv's kernel), it only starts servers."""
+
+    def __init__(self, folder: str, python: str = sys.executable, spec: bool = True):
         import subprocess
 
         self._subprocess = subprocess
-        self.folder = folder
-        self.jupyter_path = os.path.join(folder, "jupyter")
-        spec = os.path.join(self.jupyter_path, "kernels", "python3")
-        os.makedirs(spec, exist_ok=True)
-        from ipykernel.kernelspec import get_kernel_dict
-
-        kernel = get_kernel_dict()  # ipykernel's own spec (protocol version, encryption, debugger), our command
-        kernel.update(argv=[sys.executable, "-S", os.path.abspath(__file__), "launch", folder, "-f", "{connection_file}"],
-                      display_name=kernel["display_name"] + " (forked)")
-        with open(os.path.join(spec, "kernel.json"), "w", encoding="utf-8") as out:
-            json.dump(kernel, out)
+        self.folder, self.python, self.own_folder = folder, python, spec
+        self.jupyter_path = os.path.join(folder, "jupyter") if spec else None
+        if spec:
+            spec_folder = os.path.join(self.jupyter_path, "kernels", "python3")
+            os.makedirs(spec_folder, exist_ok=True)
+            with open(os.path.join(spec_folder, "kernel.json"), "w", encoding="utf-8") as out:
+                json.dump(kernel_spec(folder, python), out)
         self.servers: dict[str, object] = {}
 
     def use(self, environ=os.environ) -> None:
-        """Point ``environ`` at the forked ``python3`` kernel (its folder first in JUPYTER_PATH) and
-        have a server for exactly this environment running."""
-        rest = [p for p in environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != self.jupyter_path]
-        environ["JUPYTER_PATH"] = os.pathsep.join([self.jupyter_path, *rest])
-        key = environment_key(environ)
+        """Have a server for exactly this environment running (and, where this owns the ``python3``
+        kernel spec, point ``environ`` at it: its folder first in JUPYTER_PATH)."""
+        if self.jupyter_path:
+            rest = [p for p in environ.get("JUPYTER_PATH", "").split(os.pathsep) if p and p != self.jupyter_path]
+            environ["JUPYTER_PATH"] = os.pathsep.join([self.jupyter_path, *rest])
+        key = environment_key(environ, self.python)
         if key in self.servers and self.servers[key].poll() is None:
             return
-        path = socket_path(self.folder, environ)
-        server = self._subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path], env=dict(environ),
+        path = os.path.join(self.folder, key + ".sock")
+        server = self._subprocess.Popen([self.python, os.path.abspath(__file__), "serve", path], env=dict(environ),
                                         stdin=self._subprocess.DEVNULL)
         self.servers[key] = server
         deadline = time.monotonic() + 120
@@ -382,9 +402,10 @@ class KernelForks:
             except self._subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
-        import shutil
+        if self.own_folder:
+            import shutil
 
-        shutil.rmtree(self.folder, ignore_errors=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

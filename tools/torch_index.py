@@ -1,6 +1,8 @@
 """Which torch build ``make venv`` installs: PyTorch's CPU build unless there is an NVIDIA GPU.
 
     python tools/torch_index.py      # prints pip's arguments for torch; the reason goes to stderr
+    python tools/torch_index.py wheel   # the wheel alone, before the lock (no dependencies)
+    python tools/torch_index.py deps    # after the lock: what torch needs that the lock lacks
 
 PyPI's Linux wheel of torch is the CUDA build, which pulls several GB of NVIDIA
 libraries; on a machine without an NVIDIA GPU the Makefile takes the CPU build
@@ -92,21 +94,32 @@ def choose(env: dict, platform: str, gpu: bool, wheels: list[str]) -> tuple[str,
     return "cpu", "no NVIDIA GPU (nvidia-smi lists none)"
 
 
-def pip_arguments(choice: str, version: str) -> list[str]:
-    """What follows ``pip install`` for torch."""
+PARTS = ("all", "wheel", "deps")
+
+
+def pip_arguments(choice: str, version: str, part: str = "all") -> list[str]:
+    """What follows ``pip install`` for torch: ``all`` of it, or in two steps around the lock, the
+    ``wheel`` alone before it (no dependency: the Makefile installs it while pip installs the
+    site's packages into the same venv) and the ``deps`` that the lock lacks after it (the CUDA
+    build's NVIDIA libraries; none for the other builds, whose dependencies the lock pins)."""
+    if part not in PARTS:
+        raise SystemExit(f"{part!r}: choose one of {', '.join(PARTS)}")
+    if part == "deps":
+        return [f"torch=={version}"] if choice == "cuda" else []
     if choice == "cpu":
         # --no-deps: torch's own dependencies come from the lock, installed right after from PyPI
         return [f"torch=={version}", "--no-deps", "--index-url", CPU_INDEX]
-    return [f"torch=={version}"]
+    return [f"torch=={version}", *(["--no-deps"] if part == "wheel" else [])]
 
 
 def main() -> int:
+    part = sys.argv[1] if len(sys.argv) > 1 else "all"
     version = locked_version()
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     wheels = local_wheels(version, tag, find_links())
     choice, reason = choose(dict(os.environ), sys.platform, has_nvidia_gpu(), wheels)
     print(f"torch {version}: {choice} build ({reason}; ATTNLAB_TORCH=cpu|cuda|pip overrides)", file=sys.stderr)
-    print(" ".join(pip_arguments(choice, version)))
+    print(" ".join(pip_arguments(choice, version, part)))
     return 0
 
 

@@ -32,7 +32,7 @@ from .watch import Watch, _changed, _ForbiddenApis, _Guard, input_names
 DEFAULT_TIME_LIMIT = 10.0  # seconds per call of the learner's function
 PROBE_DEVICE = "meta"
 DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on the same device")
-_OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, mutant or ""): output
+_OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, mutant, "", "~twin" or "~meta"): output
 
 
 class Grader:
@@ -177,12 +177,15 @@ class Grader:
         if not task.device_probe or case.judge is not None or not _tensors(case.args):
             return None
         args, kwargs = _to_device(case.args, PROBE_DEVICE), _to_device(case.kwargs, PROBE_DEVICE)
-        try:
-            expected = task.run_with_inputs(task.reference, case, args=args, kwargs=kwargs)[0]
-        except Exception:  # noqa: BLE001 - the reference needs values: no probe for this task
-            self.probe_meta = False
-            return None
-        if not _tensors(expected) or any(t.device.type != PROBE_DEVICE for t in _tensors(expected)):
+        key = (task.id, self.index[id(case)], "~meta")  # the reference on meta: once per case and process
+        if key not in _OUTPUTS:
+            try:
+                expected = task.run_with_inputs(task.reference, case, args=args, kwargs=kwargs)[0]
+                runs = bool(_tensors(expected)) and all(t.device.type == PROBE_DEVICE for t in _tensors(expected))
+            except Exception:  # noqa: BLE001 - the reference needs values: no probe for this task
+                runs = False
+            _OUTPUTS[key] = (runs, None)
+        if not _OUTPUTS[key][0]:
             self.probe_meta = False
             return None
         try:

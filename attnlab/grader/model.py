@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -73,7 +74,7 @@ class Task:
         pristine = contextlib.nullcontext() if learner else pristine_torch()
         with rng_forked(), grad, pristine, default_dtype(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.manual_seed(case.seed if seed is None else seed)
+            seed_rng(case.seed if seed is None else seed)
             call = lambda: caller(fn, *args, **kwargs)  # noqa: E731
             return (call() if around is None else around(call)), args, kwargs
 
@@ -99,6 +100,17 @@ class Task:
 
 
 _CASES: dict[tuple, list[Case]] = {}  # (task id, case function, seed): the cases as first made
+
+
+def seed_rng(seed: int) -> None:
+    """``torch.manual_seed(seed)``; on a machine without an accelerator, the CPU generator alone,
+    which is all torch.manual_seed changes there. It also queues the seed for CUDA, XPU and MTIA in
+    case one starts later, and records the caller's stack for each (``traceback.format_stack``):
+    0.5 ms a call at the depth of a pytest test, a tenth of the grader's time in the test suite."""
+    if torch.accelerator.is_available():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
 
 
 @contextlib.contextmanager
@@ -131,7 +143,7 @@ def _differences(before: dict[str, dict]):
     """``(namespace name, space, attribute)`` for every torch attribute not as in ``before``."""
     for name, space in _namespaces().items():
         now, then = vars(space), before[name]
-        if len(now) == len(then) and all(now.get(k, _MISSING) is v for k, v in then.items()):
+        if _unchanged(now, then):
             continue
         for attr, old in then.items():  # replaced or deleted (a name torch adds lazily is not a patch)
             if ((not attr.startswith("_") or attr in _OPERATORS) and attr not in _SET_BY_TORCH
@@ -141,6 +153,18 @@ def _differences(before: dict[str, dict]):
             for attr in set(now) - set(then):
                 if any(attr in vars(base) for base in space.__mro__[1:]):
                     yield name, space, attr
+
+
+def _unchanged(now, then: dict) -> bool:
+    """Whether namespace ``now`` holds exactly the names and objects of ``then``. First the same
+    keys and values in the same order, by identity, in C (``map(operator.is_, ...)``: a few
+    microseconds for torch's thousands of names, called on every graded call); a namespace whose
+    order changed is then compared name by name."""
+    if len(now) != len(then):
+        return False
+    if all(map(operator.is_, now, then)) and all(map(operator.is_, now.values(), then.values())):
+        return True
+    return all(now.get(k, _MISSING) is v for k, v in then.items())
 
 
 _MISSING = object()
