@@ -53,7 +53,7 @@ def kernel_forks():
     if not _forks:
         import tempfile
 
-        from tools.kernel_forks import KernelForks
+        from tools.kernel_fork_servers import KernelForks
 
         _forks.append(KernelForks(tempfile.mkdtemp(prefix="attnlab-forks-")))
     return _forks[0]
@@ -69,7 +69,7 @@ def named_kernel_forks(name):
     if name not in _named_forks:
         from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-        from tools.kernel_forks import KernelForks, launcher_of
+        from tools.kernel_fork_servers import KernelForks, launcher_of
 
         try:
             found = launcher_of(KernelSpecManager().get_kernel_spec(name).argv)

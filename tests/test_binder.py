@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tools.kernel_forks import kernel_spec
+from tools.kernel_fork_servers import kernel_spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"

@@ -13,7 +13,7 @@ import time
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from tools.kernel_forks import KernelForks
+from tools.kernel_fork_servers import KernelForks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters" / "en"

@@ -58,8 +58,8 @@ def test_make_test_installs_the_sites_packages_and_torchs_wheel_at_once(tmp_path
     # two pips into one venv at once is safe only because they share no package: the site's
     # requirements do not hold torch, and torch's wheel comes without its dependencies
     commands = make_dry_run("test", VENV=tmp_path / "venv").splitlines()
-    assert commands[0].split()[1:3] == ["--no-print-directory", "-j2"] and commands[0].endswith(
-        f"{tmp_path}/venv/.site-installed {tmp_path}/venv/.torch-installed")
+    layers = [c for c in commands if "-j2" in c.split()]
+    assert len(layers) == 1 and layers[0].endswith(f"{tmp_path}/venv/.site-installed {tmp_path}/venv/.torch-installed")
     assert "torch" not in pins("requirements/site.txt")
     for choice in torch_index.CHOICES:
         assert "--no-deps" in torch_index.pip_arguments(choice, VERSION, "wheel")
