@@ -54,10 +54,16 @@ import time
 
 # modules every kernel or course notebook imports whose import neither needs a running kernel nor
 # reads a per-kernel variable: not ipykernel.kernelapp (its IPKernelApp reads JPY_PARENT_PID
-# when the module is imported; it imports in 10 ms once these are in) and not ipywidgets (it
-# registers its comm target on import when a kernel runs)
-PRELOAD = ("torch", "numpy", "matplotlib", "matplotlib.font_manager", "attnlab", "ipykernel.ipkernel",
-           "ipykernel.zmqshell", "IPython.core.completer")
+# when the module is imported; it imports in 10 ms once these are in), not ipywidgets (it
+# registers its comm target on import when a kernel runs), not ipykernel.debugger (debugpy prints
+# a warning and sets PYDEVD_USE_FRAME_EVAL on import), not matplotlib_inline (it hooks into the
+# running IPython on import). torch._dynamo: 17 of the 22 English notebooks import it (through
+# torch.nn.attention, FlexAttention, TorchDispatchMode), 1.0 s of CPU each; it sets
+# TORCHINDUCTOR_CACHE_DIR on import, which a forked kernel's os.environ does not show (the value
+# is computed from the same environment where it is needed again). matplotlib.figure: every
+# kernel, 0.14 to 0.3 s.
+PRELOAD = ("torch", "torch._dynamo", "numpy", "matplotlib", "matplotlib.font_manager", "matplotlib.figure",
+           "attnlab", "ipykernel.ipkernel", "ipykernel.zmqshell", "IPython.core.completer")
 # variables that differ from kernel to kernel (or test to test) and that no preloaded module reads
 # on import: ATTNLAB_GRADER_LOG is the file the grader's command line reads a notebook's checks from
 # (attnlab.grader, not preloaded, reads it when a check runs); COLUMNS and LINES, a terminal's size,
