@@ -3,6 +3,7 @@ chapters/ and solutions/ too, not only the tests in tests/)."""
 
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -23,6 +24,7 @@ def pytest_runtest_setup(item):
     # (tools/kernel_forks.py; where a kernel is named, as the Binder run names its venv's, forked
     # only if that kernel's spec is the fork launcher).
     # Every other test gets the environment the run started with.
+    _torch_on_one_thread()
     is_notebook = type(item).__module__ == "nbval.plugin"
     path = numeric_paths.notebook_path(pathlib.Path(str(item.fspath)), ROOT, TURN) if is_notebook else None
     numeric_paths.apply(path, ORIGINAL_PATH_VARIABLES)
@@ -32,6 +34,22 @@ def pytest_runtest_setup(item):
         forks = named_kernel_forks(named) if named else kernel_forks()
         if forks is not None:
             forks.use()
+
+
+_one_thread = []
+
+
+def _torch_on_one_thread():
+    """The tests' own torch work (the grader's cases above all) runs on one thread, as every
+    notebook does (attnlab.setup). With torch's default of one thread per core, each worker's
+    OpenMP threads waited for a core the other worker held: test_grader.py beside a busy core took
+    99.5 s and 96 s of CPU on two threads, 69.7 s and 47 s on one (docs/decisions.md, issue 31).
+    Set once, when the first test finds torch imported; a test that sets another count puts
+    back what it found (test_gpt.py)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not _one_thread:
+        torch.set_num_threads(1)
+        _one_thread.append(True)
 
 
 def _restore(name, value):
