@@ -40,13 +40,17 @@ def run(client, code, timeout=60):
     return "".join(out), reply["content"]["status"]
 
 
-@pytest.fixture
-def forks(monkeypatch):
+@pytest.fixture(scope="module")
+def forks():
+    # One set of servers for this file's tests, as a worker of make test has one: each test's kernels
+    # are new, and a server that has handed out, interrupted and lost kernels must serve the next
+    # test as well (a server per test cost about 3 s of CPU each for its imports).
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="attnlab-forks-test-")  # short: a Unix socket's path has at most 107 bytes
-    monkeypatch.delenv("JUPYTER_PATH", raising=False)
-    forks = KernelForks(folder)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("JUPYTER_PATH", raising=False)
+        forks = KernelForks(folder)
     yield forks
     forks.close()
 
