@@ -19,6 +19,13 @@ PDF_STAMP := $(VENV)/.pdf-installed
 PORT   ?= 8000
 LAB_LANG ?= en
 
+# pip installs without compiling (--no-compile): the suite imports about 3400 of the venv's 14000
+# modules (transformers' and sympy's models mostly never), and Python compiles and writes each when it
+# is first imported; compiling all of them at install cost about 25 s of CPU (docs/decisions.md,
+# issue 31). So the recipes' processes may write them: where PYTHONDONTWRITEBYTECODE is set (as on
+# the machine this was measured on), every process would otherwise compile torch from source again.
+unexport PYTHONDONTWRITEBYTECODE
+
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_RUN := make-$(shell date +%s%N)
 
@@ -26,27 +33,27 @@ TEST_RUN := make-$(shell date +%s%N)
 
 $(BASE_STAMP):                 # an existing venv keeps its Python
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet --no-compile --upgrade "pip>=24"
 	touch $@
 
 $(SITE_STAMP): $(BASE_STAMP) requirements/site.txt
-	$(BIN)/python -m pip install --quiet -r requirements/site.txt
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements/site.txt
 	touch $@
 
 # torch's wheel alone, without its dependencies (the lock brings them): no package in common with the
 # site's, so make test installs both at once (venv-layers)
 $(TORCH_STAMP): $(BASE_STAMP) requirements/lock.txt tools/torch_index.py
-	$(BIN)/python -m pip install --quiet $$($(BIN)/python tools/torch_index.py wheel)
+	$(BIN)/python -m pip install --quiet --no-compile $$($(BIN)/python tools/torch_index.py wheel)
 	touch $@
 
 $(STAMP): $(SITE_STAMP) $(TORCH_STAMP) requirements/lock.txt pyproject.toml tools/torch_index.py
-	$(BIN)/python -m pip install --quiet -r requirements/lock.txt
-	deps="$$($(BIN)/python tools/torch_index.py deps)"; test -z "$$deps" || $(BIN)/python -m pip install --quiet $$deps
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements/lock.txt
+	deps="$$($(BIN)/python tools/torch_index.py deps)"; test -z "$$deps" || $(BIN)/python -m pip install --quiet --no-compile $$deps
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps -e .
 	touch $@
 
 $(PDF_STAMP): $(SITE_STAMP) requirements/lock.txt
-	$(BIN)/python -m pip install --quiet -c requirements/lock.txt playwright
+	$(BIN)/python -m pip install --quiet --no-compile -c requirements/lock.txt playwright
 	touch $@
 
 site-venv: $(SITE_STAMP)       ## only what the site needs (make book)
