@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from site_support import LANGS, REPO, WAIT_MS, Page, Visit, frames_after_change, pages, visible_frames
+from site_support import LANGS, REPO, WAIT_MS, Page, Visit, all_pages, frames_after_change, pages, visible_frames
 from tools import site
 from tools.site import pdf_download
 
@@ -28,6 +28,17 @@ def test_three_languages_and_a_root_page_that_offers_all(html_root):
         assert (html_root / lang / "chapters" / lang / "01-causal-mask.html").exists()
     assert 'lang="de"' in (html_root / "de" / "chapters" / "de" / "index.html").read_text("utf-8")
     assert 'lang="zh-CN"' in (html_root / "zh" / "chapters" / "zh" / "index.html").read_text("utf-8")
+
+
+def test_every_page_names_its_icon_so_no_browser_asks_for_favicon_ico(html_root):
+    # Jupyter Book's LANG/index.html was a bare <meta> refresh: Chromium asked the server for
+    # /favicon.ico (404) and once logged that as a console error of the next page in the same tab
+    rels = ["index.html", *all_pages(html_root)]
+    assert {f"{lang}/index.html" for lang in LANGS} <= set(rels)
+    assert [rel for rel in rels if 'rel="icon"' not in (html_root / rel).read_text("utf-8")] == []
+    for lang in LANGS:
+        front = (html_root / lang / "index.html").read_text("utf-8")
+        assert f'url=chapters/{lang}/index.html"' in front and front.startswith("<!DOCTYPE html>")
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -1,10 +1,13 @@
 """The suite's own machinery (the root conftest.py, make test): the slowest files start first, a
-failure is printed the moment it happens, and a hung test fails instead of eating CI's time."""
+failure is printed the moment it happens, a hung test fails instead of eating CI's time, and the
+tests' own torch work runs on one thread."""
 
 import ast
 import pathlib
 import subprocess
 import sys
+
+import torch  # imported when the file is collected, as the test files that compute import it
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -42,3 +45,9 @@ def test_a_failure_is_printed_when_it_happens():
     # the live line comes before pytest's own summary, which starts with "=== FAILURES ==="
     assert live[0] == "FAILED _build/suite-probe/test_probe.py::test_fails (call, 0 s): assert 1 == 2", run.stdout
     assert run.stdout.index(live[0]) < run.stdout.index("FAILURES")
+
+
+def test_the_tests_run_torch_on_one_thread():
+    # the root conftest.py sets it before the first test that finds torch imported: two OpenMP threads
+    # per worker waited for the other worker's core (docs/decisions.md, "The third round")
+    assert torch.get_num_threads() == 1

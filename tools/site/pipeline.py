@@ -10,7 +10,7 @@ from .cjk_font import write_web_fonts
 from .font_awesome import cut_font_awesome, drop_font_awesome_js
 from .languages import build_language
 from .layout import BUILD, HTML
-from .root_page import write_root_page
+from .root_page import write_language_index, write_root_page
 from .widget_frames import compress_frames
 
 
@@ -19,6 +19,7 @@ def build(languages: list[str]) -> None:
     HTML.mkdir(parents=True, exist_ok=True)
     for lang in languages:
         build_language(lang)
+        write_language_index(lang)
         drop_font_awesome_js(lang)
         sizes = cut_font_awesome(lang)
         before, after = compress_frames(lang)

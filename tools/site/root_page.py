@@ -1,4 +1,5 @@
-"""The root page (_build/html/index.html): it sends a browser to the site in its language."""
+"""The root page (_build/html/index.html): it sends a browser to the site in its language; and each
+language's own front door (_build/html/LANG/index.html), which sends it to that language's first page."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 
 from .cjk_font import WEB_FONT, cjk_ranges
 from .layout import HTML, TITLES
+
+HTML_LANG = {"en": "en", "de": "de", "zh": "zh-CN"}
 
 ROOT_PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -47,3 +50,22 @@ def write_root_page() -> None:
     unicode_range = ", ".join(f"U+{lo:04X}-{hi:04X}" for lo, hi in cjk_ranges())
     (HTML / "index.html").write_text(ROOT_PAGE.format(pages=json.dumps(pages), links=links, unicode_range=unicode_range,
                                                       web_font=WEB_FONT.as_posix()), "utf-8")
+
+
+# Jupyter Book writes LANG/index.html as one bare <meta> refresh: no document, no language, no icon, so
+# a browser asked the server for /favicon.ico, a 404 that Chromium once logged as a console error of
+# the page loaded next in the same tab (the page pass failed once in a dozen runs of make test).
+LANGUAGE_INDEX = """<!DOCTYPE html>
+<html lang="{html_lang}"><head><meta charset="utf-8">
+<meta http-equiv="Refresh" content="0; url={first}">
+<link rel="icon" href="_static/favicon.svg">
+<title>{title}</title>
+</head><body><p><a href="{first}">{title}</a></p></body></html>
+"""
+
+
+def write_language_index(lang: str) -> None:
+    """LANG/index.html: a small page in the language that refreshes to its first page at once."""
+    first = f"chapters/{lang}/index.html"
+    (HTML / lang / "index.html").write_text(LANGUAGE_INDEX.format(html_lang=HTML_LANG[lang], first=first,
+                                                                  title=TITLES[lang]), "utf-8")
