@@ -3,6 +3,7 @@ named in every language, every correct alternative gets full marks, and nothing 
 learner's function does (raise, hang, NaN, None, wrong shape, a fixed answer) crashes it.
 """
 
+import functools
 import json
 import pathlib
 import re
@@ -352,6 +353,28 @@ def test_the_time_limit_holds_against_code_that_fights_it(name):
     assert result.points == 0 and keys(result) == {"grader.timeout"}, result.text()
     assert signal.getsignal(signal.SIGALRM) is handler and signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
     assert sys.gettrace() is trace
+
+
+def test_the_stopping_tracer_spares_every_frame_inside_a_python_unraisable_hook():
+    """After the limit the tracer raises on every line of the learner's code; where Python reports
+    an exception it could not raise (one in a finalizer) through a hook written in Python, that hook
+    and what it calls run to their end. pytest's hook imports tracemalloc the first time, and a raise
+    inside that import once failed the report and the test (timelimit._inside)."""
+    from attnlab.grader.timelimit import _hook_code, _inside
+
+    def inner():
+        return sys._getframe()
+
+    def hook(unraisable):  # stands in for pytest's, a functools.partial of a function
+        return inner()
+
+    code = _hook_code(functools.partial(hook))
+    assert code is hook.__code__ and _hook_code(hook) is hook.__code__
+    assert _hook_code(sys.__unraisablehook__) is None  # CPython's own hook is C: nothing to spare
+    inside, outside = hook(None), inner()
+    assert _inside(inside, code, boundary=None) and not _inside(outside, code, boundary=None)
+    assert not _inside(inside, code, boundary=inside.f_back)  # never above the learner's call
+    assert not _inside(inside, None, boundary=None)
 
 
 def test_check_reports_the_time_limit_for_code_that_fights_it_also_off_the_main_thread(capsys):
