@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 from .cjk_font import WEB_FONT, cjk_ranges
+from .languages import SPHINX_LANGUAGE
 from .layout import HTML, TITLES
-
-HTML_LANG = {"en": "en", "de": "de", "zh": "zh-CN"}
 
 ROOT_PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -67,5 +66,6 @@ LANGUAGE_INDEX = """<!DOCTYPE html>
 def write_language_index(lang: str) -> None:
     """LANG/index.html: a small page in the language that refreshes to its first page at once."""
     first = f"chapters/{lang}/index.html"
-    (HTML / lang / "index.html").write_text(LANGUAGE_INDEX.format(html_lang=HTML_LANG[lang], first=first,
-                                                                  title=TITLES[lang]), "utf-8")
+    html_lang = SPHINX_LANGUAGE[lang].replace("_", "-")  # as Sphinx writes it on every other page (zh-CN)
+    page = LANGUAGE_INDEX.format(html_lang=html_lang, first=first, title=TITLES[lang])
+    (HTML / lang / "index.html").write_text(page, "utf-8")
