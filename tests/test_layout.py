@@ -1,6 +1,6 @@
 """The layout rules of docs/decisions.md ("A layout that shows the course's parts"): no module of
-the course's code over about 400 lines, what draws apart from what computes, and a README layout
-section that names what is in the tree.
+the course's code over about 400 lines, what draws apart from what computes, and a layout page
+(docs/layout.md, linked from the README) that names what is in the tree.
 
 Reads the files only (well under a second)."""
 
@@ -80,12 +80,19 @@ def test_every_figure_module_lives_in_attnlab_figures():
     assert drawing == []
 
 
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
 def layout_section() -> str:
-    text = (ROOT / "README.md").read_text("utf-8")
-    return text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    """The tree in docs/layout.md: its first fenced block (the prose around it does not count)."""
+    return LAYOUT.read_text("utf-8").split("```\n", 2)[1]
 
 
-def test_the_readme_layout_names_every_module_and_package_of_the_tree():
+def test_the_readme_links_the_layout_page():
+    assert "(docs/layout.md)" in (ROOT / "README.md").read_text("utf-8")
+
+
+def test_the_layout_page_names_every_module_and_package_of_the_tree():
     section = layout_section()
     named = {word.rstrip("/,.:;)").rsplit("/", 1)[-1].removesuffix(".py") for word in re.findall(r"[\w./-]+", section)}
     missing = []
@@ -97,10 +104,10 @@ def test_the_readme_layout_names_every_module_and_package_of_the_tree():
                 name = path.stem if path.suffix == ".py" else path.name
                 if name not in named:
                     missing.append(relative(path))
-    assert missing == [], "name these in the README's layout section"
+    assert missing == [], "name these in docs/layout.md"
 
 
-def test_every_path_the_readme_layout_names_exists():
+def test_every_path_the_layout_page_names_exists():
     section = layout_section()
     paths = {word.rstrip(",.:;)") for word in re.findall(r"(?<![\w`])(?:attnlab|tools|benchmarks|tests|docs)/[\w./{},-]*", section)}
     gone = [p for p in sorted(paths) if "{" not in p and not (ROOT / p).exists()]
