@@ -123,11 +123,15 @@ def as_sequence(idx: torch.Tensor) -> torch.Tensor:
     return idx
 
 
-def in_vocabulary(model, idx: torch.Tensor) -> torch.Tensor:
+def in_vocabulary(model, idx: torch.Tensor, embedding: nn.Module | None = None) -> torch.Tensor:
     """``idx`` if every id is below the model's vocabulary size, where the model says it (``config.vocab_size``
-    or its token embedding); a clear error instead of an ``IndexError`` from inside the embedding."""
+    or its token embedding) or where ``embedding`` (an ``nn.Embedding``, given for a plain function such as
+    ``lambda ids: model(input_ids=ids).logits``) does; a clear error instead of an ``IndexError`` from inside
+    the embedding."""
     config = getattr(model, "config", None)
     V = model.vocab_size if isinstance(getattr(model, "vocab_size", None), int) else getattr(config, "vocab_size", None)
+    if V is None and isinstance(embedding, nn.Embedding):
+        V = embedding.num_embeddings
     if V is None and isinstance(model, nn.Module) and any(isinstance(m, nn.Embedding) for m in model.modules()):
         V = find_token_embedding(model).num_embeddings
     if V is not None and (int(idx.min()) < 0 or int(idx.max()) >= V):
@@ -285,7 +289,7 @@ def assert_causal_jacobian(model, idx: torch.Tensor | None = None, embedding: nn
                            T: int = 16, seed: int = 0) -> None:
     """The gradient test: every d(output t)/d(embedding s) with s > t must be exactly 0.
     Raises :class:`CausalityError` for the first pair where it is not."""
-    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx))
+    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx), embedding)
     _raise_first("jacobian", _checked_jacobian_map(model, idx, embedding, seed), 0.0)
 
 
@@ -293,7 +297,7 @@ def find_leaks(model, idx: torch.Tensor | None = None, atol: float = 1e-5, T: in
                embedding: nn.Embedding | None = None) -> dict[str, tuple[int, int] | None]:
     """What each test finds: ``{"prefix": (t, s) or None, "cut": ..., "jacobian": ...}``
     (``embedding``: the token embedding, for a model that is a plain function)."""
-    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx))
+    idx = example_tokens(model, T, seed) if idx is None else in_vocabulary(model, as_sequence(idx), embedding)
     atol = _check_atol(model, idx, atol)
     return {"prefix": first_leak(dependence_map(model, idx, seed), atol),
             "cut": first_leak(cut_map(model, idx), atol),

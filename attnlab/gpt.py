@@ -367,9 +367,9 @@ class GPT(nn.Module):
                   generator: torch.Generator | None) -> torch.Tensor:
         if not self.config.causal and use_cache:
             raise ValueError(tr("error.cache_bidirectional"))
-        self.check_idx(idx)
-        if idx.size(1) == 0:
+        if isinstance(idx, torch.Tensor) and idx.dim() <= 2 and idx.size(-1) == 0:  # before the dtype: [[]] is float32
             raise ValueError(tr("error.empty_prompt"))
+        self.check_idx(idx)
         max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=0)
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
             raise ValueError(tr("error.temperature", got=describe(temperature)))

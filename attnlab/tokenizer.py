@@ -4,8 +4,10 @@ Each character is one token: a Latin letter, an umlaut and a Chinese
 character alike. The vocabulary is every character of the course's training
 text (``attnlab/data/corpus.{en,de,zh}.txt``) and of its example sentence in
 the three languages (``tr("sentence")``), plus one id for characters it has
-never seen (``UNKNOWN``, id 0), so any string can be encoded, and one id for
-the ``MASK`` token of masked language modelling (chapter 7, id 1).
+never seen (``UNKNOWN``, id 0) and one id for the ``MASK`` token of masked
+language modelling (chapter 7, id 1). Like ``str.encode``, ``encode`` refuses
+a character outside its vocabulary with an error that names it
+(``errors="strict"``); ``errors="replace"`` encodes it as ``UNKNOWN`` instead.
 """
 
 from __future__ import annotations
@@ -35,12 +37,24 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.chars)
 
-    def encode(self, text: str) -> list[int]:
-        if not isinstance(text, str):
-            from .i18n import tr
-            from .inputs import describe
+    def encode(self, text: str, errors: str = "strict") -> list[int]:
+        """One id per character. A character outside the vocabulary is an error that names it
+        (``errors="strict"``), or id 0, ``UNKNOWN`` (``errors="replace"``), as in ``str.encode``."""
+        from .i18n import tr
+        from .inputs import describe
 
+        if not isinstance(text, str):
             raise TypeError(tr("error.encode_text", got=describe(text)))
+        if errors not in ("strict", "replace"):
+            raise ValueError(tr("error.encode_errors", got=describe(errors)))
+        first = {}  # unknown character -> its first position
+        for i, c in enumerate(text):
+            if c not in self.ids:
+                first.setdefault(c, i)
+        if first and errors == "strict":
+            shown = [tr("error.encode_unknown_char", char=c, code=f"U+{ord(c):04X}", position=i)
+                     for c, i in list(first.items())[:5]]
+            raise ValueError(tr("error.encode_unknown", chars=tr("error.list_separator").join(shown)))
         return [self.ids.get(c, 0) for c in text]
 
     def decode(self, ids) -> str:

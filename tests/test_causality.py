@@ -204,6 +204,11 @@ def test_bad_input_gets_a_clear_message_in_the_readers_language(model, idx):
         (ValueError, lambda: leaky_gpt("nope", model), ["unknown leaky variant 'nope'"], ["unbekannte undichte"]),
         (TypeError, lambda: leaky_gpt("no_mask", "model"), ["pass a GPT or a GPTConfig"], ["Übergib ein GPT"]),
         (ValueError, lambda: causality_explorer({}, idx), ["non-empty dict"], ["nicht leeres dict"]),
+        # a plain function with its embedding: ids beyond the embedding are refused before the model runs
+        (ValueError, lambda: find_leaks(lambda ids: model(ids), torch.tensor([[1, 2, 300]]),
+                                        embedding=model.token_embedding),
+         ["Token ids must lie in 0..{}".format(model.token_embedding.num_embeddings - 1), "from 1 to 300"],
+         ["Token-IDs müssen in 0..{} liegen".format(model.token_embedding.num_embeddings - 1)]),
     ]
     for exception, call, english, german in cases:
         for lang, words in (("en", english), ("de", german)):

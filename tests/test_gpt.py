@@ -117,13 +117,20 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="causal"):
         small(causal=False).generate(torch.zeros(1, 2, dtype=torch.long), 3)
     cache = KVCache(model.config, 1, 4)
-    with pytest.raises(ValueError, match="holds 4"):
+    with pytest.raises(ValueError, match="max_len = 4"):
         model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
     assert cache.pos == 0  # the failed call wrote nothing
 
 
 CONFIG = GPTConfig(vocab_size=50, block_size=16)
 IDS = torch.zeros(1, 3, dtype=torch.long)
+
+
+def full_cache() -> KVCache:
+    cache = KVCache(CONFIG, 1, 4)
+    cache.advance(4)
+    return cache
+
 CACHE_CASES = [  # (exception, call, English words, German words)
     (TypeError, lambda: KVCache(None, 1, 4), ["KVCache needs the model's GPTConfig", "got None"],
      ["KVCache braucht die GPTConfig des Modells"]),
@@ -134,14 +141,17 @@ CACHE_CASES = [  # (exception, call, English words, German words)
      ["max_len muss zwischen 1 und der block_size des Modells (16) liegen"]),
     (ValueError, lambda: KVCache(CONFIG, 1, 0), ["got 0"], ["übergeben wurde 0"]),
     (ValueError, lambda: GPT(CONFIG)(torch.zeros(1, 6, dtype=torch.long), cache=KVCache(CONFIG, 1, 4)),
-     ["holds 4 positions and 0 are filled, so 6 more do not fit", "max_len=6"], ["fasst 4 Positionen"]),
+     ["too small: pos + n = 0 + 6 = 6 positions (filled + new), but max_len = 4", "max_len=6"],
+     ["zu klein: pos + n = 0 + 6 = 6 Positionen"]),
     (ValueError, lambda: GPT(CONFIG)(torch.zeros(2, 3, dtype=torch.long), cache=KVCache(CONFIG, 1, 4)),
-     ["made for a batch of 1 sequences, but the input has 2"], ["für einen Batch aus 1 Sequenzen"]),
+     ["made for batch_size = 1, but the input's batch has B = 2", "batch_size=2"], ["für batch_size = 1 angelegt"]),
     (ValueError, lambda: GPT(CONFIG)(IDS, cache=KVCache(GPTConfig(vocab_size=50, block_size=16, n_layer=1), 1, 4)),
      ["made for another model", "L=1", "L=2"], ["gehört zu einem anderen Modell"]),
     (ValueError, lambda: GPT(GPTConfig(vocab_size=50, block_size=16, causal=False))(IDS, cache=KVCache(CONFIG, 1, 4)),
      ["only valid for a causal model"], ["nur bei einem kausalen Modell gültig"]),
-    (ValueError, lambda: KVCache(CONFIG, 1, 4).advance(5), ["holds 4 positions"], ["fasst 4 Positionen"]),
+    (ValueError, lambda: KVCache(CONFIG, 1, 4).advance(5), ["pos + n = 0 + 5 = 5", "max_len = 4"], ["Cache ist zu klein"]),
+    (ValueError, lambda: full_cache().advance(1), ["pos + n = 4 + 1 = 5 positions (filled + new), but max_len = 4"],
+     ["pos + n = 4 + 1 = 5 Positionen (belegte + neue)"]),
     (ValueError, lambda: KVCache(CONFIG, 1, 4).advance(-1), ["n must be at least 0; got -1"], ["n muss mindestens 0"]),
     (ValueError, lambda: KVCache(CONFIG, 1, 4).update(0, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8)),
      ["[B=1, H=4, T_new, d=16]", "(1, 4, 2, 8)"], ["Der Cache speichert Keys und Values der Form"]),
@@ -159,8 +169,10 @@ CACHE_CASES = [  # (exception, call, English words, German words)
      ["Der Prompt ist leer"]),
     (ValueError, lambda: GPT(CONFIG).generate([1, 2], 3), ["idx must be a [B, T] tensor", "[1, 2]"],
      ["idx muss ein [B, T]-Tensor"]),
-    (ValueError, lambda: GPT(CONFIG).generate(IDS, 20), ["a prompt of 3 tokens and asked for 20 new ones: positions 0..22",
-     "block_size = 16", "at most 13 new tokens"], ["einen Prompt aus 3 Tokens", "höchstens 13 neue Tokens"]),
+    (ValueError, lambda: GPT(CONFIG).generate(IDS, 20), ["a prompt of length T = 3 and max_new_tokens = 20: positions 0..22",
+     "block_size = 16", "max_new_tokens <= 13"], ["einen Prompt der Länge T = 3", "max_new_tokens <= 13"]),
+    (ValueError, lambda: GPT(CONFIG).generate(torch.tensor([[]]), 3), ["The prompt is empty"], ["Der Prompt ist leer"]),
+    (ValueError, lambda: GPT(CONFIG).generate(torch.tensor([]), 3), ["The prompt is empty"], ["Der Prompt ist leer"]),
     (ValueError, lambda: GPT(CONFIG).generate(IDS, 2, temperature=-1.0), ["temperature must be a number >= 0"],
      ["temperature muss eine Zahl >= 0 sein"]),
     (ValueError, lambda: next_token_batch([1, 2, 3], 2, 4, torch.Generator()), ["data must be a 1-D torch.long"],
@@ -170,6 +182,11 @@ CACHE_CASES = [  # (exception, call, English words, German words)
     (TypeError, lambda: train(GPT(CONFIG), torch.arange(40), steps=2.5), ["steps must be a whole number"],
      ["ganze Zahl"]),
     (TypeError, lambda: course_tokenizer().encode(5), ["encode takes a string"], ["encode erwartet eine Zeichenkette"]),
+    (ValueError, lambda: course_tokenizer().encode("5 € 😀 €"),
+     ["Not in the tokenizer's vocabulary", "'€' (U+20AC) at position 2, '😀' (U+1F600) at position 4.", 'errors="replace"'],
+     ["Nicht im Vokabular des Tokenizers", "'€' (U+20AC) an Position 2, '😀' (U+1F600) an Position 4."]),
+    (ValueError, lambda: course_tokenizer().encode("abc", errors="ignore"), ['errors must be "strict"', "'ignore'"],
+     ['errors muss "strict"']),
     (ValueError, lambda: course_tokenizer().decode([10**6]), ["token ids must lie in"], ["Token-IDs müssen zwischen"]),
     (ValueError, lambda: corpus("fr"), ["lang must be one of en, de, zh"], ["lang muss einer dieser Werte sein"]),
 ]
@@ -186,7 +203,7 @@ def test_tokenizer_covers_three_languages_and_round_trips():
         text = corpus(lang)[:500]
         assert tok.decode(tok.encode(text)) == text
         assert 0 not in tok.encode(corpus(lang))
-    assert tok.decode(tok.encode("Größe 注意力 ∮")) == "Größe 注意力 " + UNKNOWN
+    assert tok.decode(tok.encode("Größe 注意力 ∮", errors="replace")) == "Größe 注意力 " + UNKNOWN
     for lang in ("en", "de", "zh"):  # the course's example sentence has no unknown character
         assert 0 not in tok.encode(attnlab.tr("sentence", lang=lang)), lang
     assert tok.encode(MASK) == [tok.mask_id] == [1]

@@ -180,9 +180,9 @@ def _causal_indices(T_q, T_kv):
 
 LEARNER_46_CASES = [  # (key, exception, call, {lang: words})
     ("generate_block_size", ValueError, lambda: small_gpt(block_size=16).generate(IDX[:1], 20),
-     {"en": ["a prompt of 6 tokens and asked for 20 new ones: positions 0..25", "block_size = 16",
-             "at most 10 new tokens", "idx[:, -block_size:]"],
-      "de": ["einen Prompt aus 6 Tokens", "höchstens 10 neue Tokens"], "zh": ["提示词有 6 个 token", "最多生成 10 个新 token"]}),
+     {"en": ["a prompt of length T = 6 and max_new_tokens = 20: positions 0..25", "block_size = 16",
+             "max_new_tokens <= 10", "idx[:, -block_size:]"],
+      "de": ["einen Prompt der Länge T = 6", "max_new_tokens <= 10"], "zh": ["提示词长度为 T = 6", "不超过 10"]}),
     ("cache_device", ValueError,
      lambda: small_gpt()(IDX[:1], cache=KVCache(small_gpt().config, 1, 10, device="meta")),
      {"en": ["The cache lies on meta, the model on cpu", 'device="cpu"'],
