@@ -195,7 +195,9 @@ def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None
         directions = torch.randn(idx.size(1), V, generator=torch.Generator().manual_seed(seed)).to(idx.device)  # [T, V]
 
         def outputs(x):  # [1, T, D] embeddings -> [T]: each position's logits, projected on its direction
-            handle = embedding.register_forward_hook(lambda module, args, output: x)  # the embedding now returns x
+            # the embedding now returns x, but only an output of x's shape: a model may call its embedding
+            # twice (LED's encoder embeds its padding in a second call)
+            handle = embedding.register_forward_hook(lambda module, args, output: x if output.shape == x.shape else output)
             try:
                 logits = logits_of(model, idx)[0]  # [T, V]
             finally:

@@ -239,3 +239,23 @@ def test_a_model_in_training_mode_with_dropout_is_tested_in_eval_mode_and_put_ba
     assert assert_causal(model, idx) < 1e-5
     assert_causal_jacobian(model, idx)
     assert model.training
+
+
+def test_the_jacobian_hook_replaces_only_the_call_of_the_sequences_shape(model, idx):
+    """A model may call its token embedding a second time with another shape (LED's encoder embeds its
+    padding so): the replacing hook leaves that call's output alone, and the test still runs."""
+
+    class TwoCalls(nn.Module):
+        def __init__(self, gpt):
+            super().__init__()
+            self.gpt = gpt
+
+        def forward(self, ids):
+            logits = self.gpt(ids)[0]  # [B, T, V]
+            extra = self.gpt.token_embedding(ids[:, :1])  # [B, 1, D]: a second call, another shape
+            one_per_row = extra.view(ids.size(0), extra.size(-1))  # [B, D]: fails for any other shape, as LED does
+            return logits + 0 * one_per_row.sum()
+
+    model.eval()
+    assert find_leaks(TwoCalls(model), idx)["jacobian"] is None
+    assert assert_causal_jacobian(TwoCalls(model), idx) is None
