@@ -190,3 +190,24 @@ def test_every_module_the_site_build_imports_comes_from_the_site_requirements():
     missing = [m for m in third_party
                if not {d.lower().replace("_", "-") for d in providers.get(m, [])} & site]
     assert not missing, f"imported by the site build but not in requirements/site.txt: {missing}"
+
+
+def test_every_venv_inside_the_repository_is_left_out_of_the_sphinx_builds(tmp_path):
+    # `make site PYTHON=... VENV=.venv-3.12` once ended in 3,482 warnings (errors): Sphinx read the
+    # Markdown of the packages inside .venv-3.12/, which _config.yml's ".venv" did not exclude
+    import yaml
+    from sphinx.util.matching import Matcher
+
+    from tools.site import languages
+
+    for venv in (".venv-3.12", "env", "envs/py313"):
+        (tmp_path / venv).mkdir(parents=True)
+        (tmp_path / venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "chapters").mkdir()
+    assert languages.venv_folders(tmp_path) == [".venv-3.12", "env", "envs/py313"]
+    patterns = yaml.safe_load((ROOT / "_config.yml").read_text("utf-8"))["exclude_patterns"]
+    excluded = Matcher(patterns + languages.venv_folders(tmp_path))
+    for folder in (".venv", ".venv-3.12", ".venv-gpu", "env", "envs/py313", ".git"):
+        assert excluded(folder), folder  # Sphinx prunes an excluded folder with all it holds
+    for page in ("chapters/en/index.md", "chapters/en/01-causal-mask.ipynb", "exercises/de/01-causal-mask.ipynb"):
+        assert not excluded(page), page

@@ -7,13 +7,21 @@ For each language, the pages of the table of contents (chapters, cheat sheet,
 exercises; the solutions stay on the site) are put one after the other into a
 single HTML file next to the site's pages (_build/html/<lang>/chapters/<lang>/_print.html,
 so every relative link to images, MathJax and the widget manager resolves),
-behind a title page and a table of contents whose entries link to their pages.
-Chromium (Debian's /usr/bin/chromium or ATTNLAB_CHROMIUM, driven by Playwright)
-opens it from disk, lets MathJax typeset and the widget manager draw every
-widget in its first frame, and prints it with page numbers in the footer.
-Code wraps instead of being cut; buttons and sliders, which do nothing on
-paper, are hidden. Chromium embeds the fonts it drew with (the site's CJK web
-font where the machine has no CJK font).
+behind a title page and a table of contents whose entries link to their pages and
+give their page numbers. Chromium (Debian's /usr/bin/chromium or ATTNLAB_CHROMIUM,
+driven by Playwright) opens it from disk, lets MathJax typeset and the widget
+manager draw every widget in its first frame, and prints it with page numbers
+in the footer. On paper: folded answers (dropdowns) are printed open; a code
+cell is kept on one page where it fits, and a heading with what follows it;
+code wraps instead of being cut; a formula wider than the page is set smaller
+until it fits (tools/web/fit-math.js); buttons and sliders, which do nothing on
+paper, are hidden; a link to a page outside the book (a solution, a download)
+points at the published site (tools/site/published.py), never at a file of the
+machine that printed it. The contents' page numbers come from a first print:
+pdftotext finds the page on which each title starts, and the second print
+writes them in (the numbers take the same room in both, so no page moves;
+``check`` finds each title on its page). Chromium embeds the fonts it drew with
+(the site's CJK web font where the machine has no CJK font).
 """
 
 from __future__ import annotations
@@ -21,15 +29,18 @@ from __future__ import annotations
 import argparse
 import collections
 import html
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import urllib.parse
 
 import yaml
 
 from tools import site
+from tools.site.published import pages_url
 
 PDF = site.BUILD / "pdf"
 PRINT_NAME = "_print.html"
@@ -37,7 +48,8 @@ SECTIONS = ("Chapters", "Exercises")  # the parts of _toc.yml that go into the P
 CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SUBTITLE = {"en": "The course as a book", "de": "Der Kurs als Buch", "zh": "课程的书本版"}
 CONTENTS = {"en": "Contents", "de": "Inhalt", "zh": "目录"}
-PAGE = {"en": "Page", "de": "Seite", "zh": "第"}
+PRINT_WIDTH = 676  # CSS px of A4's printable width (210 - 2 * 15 mm at 96 dpi is 680), a little less
+MATH_FLOORS = {"display": 0.45, "inline": 0.6}  # on paper nothing scrolls: a formula may shrink further
 
 PRINT_CSS = """
 @page { size: A4; margin: 16mm 15mm 18mm 15mm; }
@@ -55,10 +67,18 @@ pre, pre code, .highlight pre, .output pre, div.cell_output pre { white-space: p
 div.cell_output, .output, .highlight { overflow: visible !important; max-height: none !important; }
 table { break-inside: auto; } tr, img, figure, .jupyter-widgets { break-inside: avoid; }
 img { max-width: 100% !important; height: auto !important; }
+/* a code cell, an output, a formula on one page where it fits; a heading stays with what follows */
+div.cell_input, div.cell_output > .output, div.highlight, div.math, details.sd-dropdown { break-inside: avoid; }
+h1, h2, h3, h4, .sd-summary-title, p:has(+ div.cell) { break-after: avoid; }
+/* folded answers are printed open (assemble() opens them); the chevron that opens them is of no use */
+details.sd-dropdown .sd-summary-state-marker { display: none !important; }
 .attnlab-title-page { height: 240mm; display: flex; flex-direction: column; justify-content: center; text-align: center; }
 .attnlab-title-page h1 { font-size: 2.4rem; } .attnlab-title-page p { font-size: 1.2rem; }
-nav.attnlab-print-toc { break-before: page; } nav.attnlab-print-toc ul { line-height: 1.9; list-style: none; }
+nav.attnlab-print-toc { break-before: page; } nav.attnlab-print-toc ul { line-height: 1.9; list-style: none; padding-left: 0; }
 nav.attnlab-print-toc li.part { list-style: none; font-weight: 600; margin-top: 1em; }
+nav.attnlab-print-toc li a { display: flex; align-items: baseline; gap: 0.4em; text-decoration: none; color: inherit; }
+nav.attnlab-print-toc .leader { flex: 1 1 auto; border-bottom: 1px dotted #888; }
+nav.attnlab-print-toc .page { font-variant-numeric: tabular-nums; min-width: 2.5em; text-align: right; }
 """
 
 FOOTER = ('<div style="font-size:9px; width:100%; text-align:center; color:#555;">'
@@ -92,8 +112,10 @@ def page_title(article: str) -> str:
     return html.unescape(text).replace("#", "").strip()
 
 
-def assemble(lang: str) -> tuple[pathlib.Path, list[str]]:
-    """Write the print file of one language; return its path and the page titles in order."""
+def assemble(lang: str, page_numbers: list[int] | None = None) -> tuple[pathlib.Path, list[str]]:
+    """Write the print file of one language; return its path and the page titles in order.
+    ``page_numbers``: the PDF page on which each title starts, for the contents (None: a first
+    print, whose contents hold "000" in the same room)."""
     site_root = site.HTML / lang
     parts = book_pages(lang)
     first = (site_root / f"{parts[0][1][0]}.html").read_text("utf-8")
@@ -112,9 +134,13 @@ def assemble(lang: str) -> tuple[pathlib.Path, list[str]]:
             # links between the book's pages point at their sections in this file
             article = re.sub(r'href="(?:\.\./\.\./)?(?:(chapters|exercises)/%s/)?([\w-]+)\.html(#[^"]*)?"' % lang,
                              lambda m: self_link(m, lang, files), article)
+            article = published_links(article, lang, file)
+            article = OPEN_DETAILS.sub(r"<details open\1", article)  # folded answers, printed open
             title = page_title(article)
             titles.append(title)
-            toc.append(f'<li><a href="#{slug(file)}">{html.escape(title)}</a></li>')
+            number = str(page_numbers[len(titles) - 1]) if page_numbers else "000"
+            toc.append(f'<li><a href="#{slug(file)}"><span class="title">{html.escape(title)}</span>'
+                       f'<span class="leader"></span><span class="page">{number}</span></a></li>')
             sections.append(f'<section class="attnlab-print-page" id="{slug(file)}">{article}</section>')
     body = (f'<div class="attnlab-title-page"><h1>{html.escape(site.TITLES[lang])}</h1>'
             f'<p>{html.escape(SUBTITLE[lang])}</p></div>'
@@ -127,6 +153,25 @@ def assemble(lang: str) -> tuple[pathlib.Path, list[str]]:
     out = site_root / parts[0][1][0].rsplit("/", 1)[0] / PRINT_NAME  # beside the pages: same relative links
     out.write_text(document, "utf-8")
     return out, titles
+
+
+OPEN_DETAILS = re.compile(r"<details(?![^>]*\bopen\b)([\s>])")
+LINK = re.compile(r'href="([^"#][^"]*)"')
+
+
+def published_links(article: str, lang: str, file: str) -> str:
+    """Every link that still leads to a file beside the page (a solution, a download, a page the book
+    leaves out) points at the published site instead: in a PDF it would open a file:/// path of
+    the machine that printed it."""
+    here = f"{pages_url()}{lang}/{file}.html"
+
+    def absolute(match):
+        href = html.unescape(match.group(1))
+        if urllib.parse.urlsplit(href).scheme:  # https:, mailto:, data: stay
+            return match.group(0)
+        return f'href="{html.escape(urllib.parse.urljoin(here, href))}"'
+
+    return LINK.sub(absolute, article)
 
 
 def self_link(match, lang: str, files: list[str]) -> str:
@@ -149,6 +194,12 @@ def print_pdf(lang: str, source: pathlib.Path, out: pathlib.Path, browser) -> No
     page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise.then(() => true) : null")
     page.evaluate("document.fonts.ready.then(() => true)")
     page.emulate_media(media="print")
+    # lay the book out at the page's width and set every formula wider than that smaller (fit-math.js)
+    page.evaluate(f"window.attnlabMathFloors = {json.dumps(MATH_FLOORS)}")
+    page.set_viewport_size({"width": PRINT_WIDTH, "height": 1400})
+    page.wait_for_function("window.attnlabMathFitted === true", timeout=60_000)
+    page.wait_for_timeout(300)  # past fit-math.js's wait after a resize; then once more, to be sure
+    page.evaluate("window.attnlabFitMath()")
     out.parent.mkdir(parents=True, exist_ok=True)
     page.pdf(path=str(out), format="A4", print_background=True, display_header_footer=True,
              header_template="<span></span>", footer_template=FOOTER.format(title=html.escape(site.TITLES[lang])),
@@ -168,12 +219,15 @@ def build(languages: list[str]) -> None:
                                              args=["--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"])
         try:
             for lang in languages:
-                source, titles = assemble(lang)
                 out = PDF / f"{lang}.pdf"
-                try:
-                    print_pdf(lang, source, out, browser)
-                finally:
-                    source.unlink()  # not a page of the site
+                numbers = None
+                for _ in range(2):  # the first print finds the pages, the second writes them into the contents
+                    source, titles = assemble(lang, numbers)
+                    try:
+                        print_pdf(lang, source, out, browser)
+                    finally:
+                        source.unlink()  # not a page of the site
+                    numbers = title_pages(pdf_text(out), titles)
                 print(f"{out.relative_to(site.ROOT)}: {len(titles)} pages of the site, {out.stat().st_size / 1e6:.1f} MB")
         finally:
             browser.close()
@@ -193,8 +247,27 @@ def pdf_fonts(path: pathlib.Path) -> list[dict]:
     return fonts
 
 
+def title_pages(text: str, titles: list[str]) -> list[int]:
+    """The PDF page (1-based, as the footer counts) on which each site page's title starts.
+
+    Each page of the site starts a PDF page with its title. pdftotext may reorder a wrapped title
+    that mixes scripts ("flash attention与"), so a title counts as found on the first later PDF
+    page whose beginning holds all of its characters. Sheets 0 and 1 are the title page and the
+    contents."""
+    sheets = [re.sub(r"\s+", "", sheet) for sheet in text.split("\f")]
+    found, position = [], 1
+    for title in titles:
+        wanted = collections.Counter(re.sub(r"\s+", "", title))
+        position = next((n for n in range(position + 1, len(sheets))
+                         if not wanted - collections.Counter(sheets[n][:len(title) + 60])), None)
+        assert position is not None, f"no page starts with {title!r}"
+        found.append(position + 1)
+    return found
+
+
 def check(languages: list[str]) -> None:
-    """Every font embedded, a CJK font in the Chinese PDF, every page title in order, page numbers."""
+    """Every font embedded, a CJK font in the Chinese PDF, every page title in order on the page the
+    contents give, page numbers, the folded answers printed, no link to a file of this machine."""
     for lang in languages:
         path = PDF / f"{lang}.pdf"
         fonts = pdf_fonts(path)
@@ -202,24 +275,29 @@ def check(languages: list[str]) -> None:
         text = pdf_text(path)
         if lang == "zh":  # Chromium embeds the CJK (CFF) glyphs as Type 3 fonts without a name: read the text
             assert len(re.findall(r"[\u4e00-\u9fff]", text)) > 20000, "too little Chinese text in the PDF"
-        source, titles = assemble(lang)
+        numbers = title_pages(text, assemble_titles(lang))
+        source, titles = assemble(lang, numbers)
+        printed = source.read_text("utf-8")
         source.unlink()
         flat = re.sub(r"\s+", " ", text)
-        # Each page of the site starts a PDF page with its title. pdftotext may reorder a wrapped title
-        # that mixes scripts ("flash attention与"), so a title counts as found on the first later PDF
-        # page whose beginning holds all of its characters.
-        sheets = [re.sub(r"\s+", "", sheet) for sheet in text.split("\f")]
-        position = 1  # sheets 0 and 1: the title page and the table of contents
-        for title in titles:
-            wanted = collections.Counter(re.sub(r"\s+", "", title))
-            position = next((n for n in range(position + 1, len(sheets))
-                             if not wanted - collections.Counter(sheets[n][:len(title) + 60])), None)
-            assert position is not None, (lang, title)
+        contents = re.sub(r"\s+", " ", text.split("\f")[1] + " " + text.split("\f")[2])
+        listed = [int(n) for n in re.findall(r'<span class="page">(\d+)</span>', printed)]
+        assert listed == numbers, (lang, "the contents' page numbers are not where the titles are")
+        assert all(f" {n}" in contents for n in numbers[:8]), (lang, "no page numbers in the contents")
+        assert "<details " not in printed.replace("<details open", ""), (lang, "a folded answer")
+        body = printed.split("<body", 1)[1]
+        assert not re.search(r'href="(?!#|https?:|mailto:)', body), (lang, "a link to a file of this machine")
         pages = int(subprocess.run(["pdfinfo", str(path)], capture_output=True, text=True, check=True)
                     .stdout.split("Pages:")[1].split()[0])
         assert f"{pages} / {pages}" in flat and f"2 / {pages}" in flat, lang
         print(f"{path.relative_to(site.ROOT)}: {pages} pages, {len(fonts)} fonts (all embedded), "
               f"{len(titles)} titles in order")
+
+
+def assemble_titles(lang: str) -> list[str]:
+    source, titles = assemble(lang)
+    source.unlink()
+    return titles
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,7 +70,7 @@ def copy_assets() -> None:
     (widgets / "embed.js").write_text(bundle, "utf-8")
     print(f"widgets/embed.js: {maps} stylesheet source maps dropped, {len(bundle.encode()) / 1e6:.2f} MB")
     shutil.copy2(manager / "embed.js.LICENSE.txt", widgets / "embed.js.LICENSE.txt")
-    for name in ("mathjax2-shim.js", "widget-alt.js", "tab-stops.js", "attnlab.css"):
+    for name in ("mathjax2-shim.js", "widget-alt.js", "tab-stops.js", "fit-math.js", "attnlab.css"):
         shutil.copy2(ROOT / "tools" / "web" / name, out / name)
 
 

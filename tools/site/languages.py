@@ -1,9 +1,10 @@
 """One language's site: its _config.yml and _toc.yml, and its Jupyter Book build.
 
-Each build uses _config.yml and _toc.yml with four overrides: the Sphinx ``language`` (theme
-words, search stemmer; zh_CN uses jieba), the title, the toc paths (chapters/en/ ->
-chapters/<lang>/, the same for exercises/ and solutions/) and the toc's part captions
-(PART_CAPTIONS). Builds run with warnings as errors.
+Each build uses _config.yml and _toc.yml with these overrides: the Sphinx ``language`` (theme
+words, search stemmer; zh_CN uses jieba), the title, the footer (licences, how to cite) and the
+search field's words in the language, the toc paths (chapters/en/ -> chapters/<lang>/, the same for
+exercises/ and solutions/) and the toc's part captions (PART_CAPTIONS); every virtual environment
+inside the repository is excluded (venv_folders). Builds run with warnings as errors.
 """
 
 from __future__ import annotations
@@ -15,23 +16,39 @@ import sys
 
 import yaml
 
+from .footer import footer_html
 from .layout import BUILD, HTML, ROOT, TITLES
 from .pdf_download import copy_pdf, pdf_link
 
 SPHINX_LANGUAGE = {"en": "en", "de": "de", "zh": "zh_CN"}
 TOC_SECTIONS = ("chapters", "exercises", "solutions")  # folders with one subfolder per language
+# The search field's placeholder: the theme's "Search this book..." has no German or Chinese translation.
+SEARCH_FIELD = {"en": "Search the course…", "de": "Im Kurs suchen …", "zh": "在课程中搜索……"}
 PART_CAPTIONS = {"Chapters": {"en": "Chapters", "de": "Kapitel", "zh": "章节"},
                  "Exercises": {"en": "Exercises", "de": "Übungen", "zh": "练习"},
                  "Solutions": {"en": "Solutions", "de": "Lösungen", "zh": "参考答案"}}
 
 
+def venv_folders(root: pathlib.Path = ROOT) -> list[str]:
+    """Every virtual environment inside the repository, whatever its name (``make site VENV=.venv-3.12``,
+    ``python -m venv env``): the folders up to two levels down that hold a ``pyvenv.cfg``. Sphinx
+    would otherwise read the Markdown of every installed package (3,482 warnings, each an error)."""
+    found = []
+    for depth in ("*/pyvenv.cfg", "*/*/pyvenv.cfg"):
+        found += [marker.parent.relative_to(root).as_posix() for marker in root.glob(depth)]
+    return sorted(found)
+
+
 def language_files(lang: str) -> tuple[pathlib.Path, pathlib.Path]:
     """_config.yml and _toc.yml for one language, written under _build/config/."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text("utf-8"))
+    config["exclude_patterns"] = [*config["exclude_patterns"], *venv_folders()]
     config["title"] = TITLES[lang]
     config["sphinx"]["config"]["language"] = SPHINX_LANGUAGE[lang]
     config["sphinx"]["config"]["attnlab_language"] = lang
     config["sphinx"]["config"]["attnlab_pdf"] = pdf_link(lang)
+    config["html"]["extra_footer"] = footer_html(lang)  # the licences and how to cite, in the language
+    config["sphinx"]["config"].setdefault("html_theme_options", {})["search_bar_text"] = SEARCH_FIELD[lang]
     # Paths in _config.yml are relative to the repository root; this copy lives elsewhere.
     config["sphinx"]["local_extensions"] = {name: str(ROOT / path) for name, path
                                             in config["sphinx"]["local_extensions"].items()}

@@ -28,7 +28,7 @@ ROOT_PAGE = """<!DOCTYPE html>
 </script>
 <style>
 @font-face {{ font-family: "attnlab Noto Sans SC"; src: url("zh/{web_font}") format("woff2");
-  font-display: swap; unicode-range: {unicode_range}; }}
+  font-display: block; unicode-range: {unicode_range}; }}
 body {{ font-family: sans-serif, "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", "Noto Sans CJK SC",
   "Source Han Sans SC", "Noto Sans SC", "WenQuanYi Micro Hei", "attnlab Noto Sans SC";
   max-width: 36rem; margin: 4rem auto; line-height: 1.6; }}

@@ -6,6 +6,8 @@
   ``MathJax.Hub.Queue`` while the book loads MathJax 3;
 * alt text for widget frames (tools/web/widget-alt.js) and an accessible name
   for the theme's search button that holds its visible words;
+* a tab stop on every block that scrolls (tools/web/tab-stops.js), and formulas
+  wider than their column set smaller to fit (tools/web/fit-math.js);
 * a "Course (PDF)" link in the theme's download menu when the site has the
   course's PDF (``attnlab_pdf``, set by tools/site/ only if ``make pdf`` made one);
 * drops script tags that Sphinx 7.4 adds twice (the Thebe inline script:
@@ -77,5 +79,6 @@ def setup(app):
     app.add_js_file("assets/mathjax2-shim.js", priority=1)
     app.add_js_file("assets/widget-alt.js")  # alt text of every widget frame
     app.add_js_file("assets/tab-stops.js")  # a tab stop on every block that scrolls, whenever it starts to
+    app.add_js_file("assets/fit-math.js")  # a formula wider than its column is set smaller (then scrolls)
     app.add_css_file("assets/attnlab.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

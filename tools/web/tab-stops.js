@@ -1,14 +1,14 @@
-// A code block or output that scrolls needs a tab stop, so that a keyboard user can reach and
-// scroll it (axe: scrollable-region-focusable). The theme (pydata-sphinx-theme.js,
+// A code block, output, table or formula that scrolls needs a tab stop, so that a keyboard user can
+// reach and scroll it (axe: scrollable-region-focusable). The theme (pydata-sphinx-theme.js,
 // addTabStopsToScrollableElements) sets them on the window's load event, on a resize and 0.3 s
 // after nodes are added under #main-content; a block that starts to overflow later without such
 // a change (web fonts arriving after the load event, MathJax's typesetting, the sidebars settling
 // on a slow machine) keeps tabIndex -1 and cannot be scrolled from the keyboard. Here the same
-// rule runs again whenever one of these elements changes size, when the fonts are ready and when
-// MathJax has typeset.
+// rule runs again whenever one of these elements changes size, when the fonts are ready, when
+// MathJax has typeset and when fit-math.js has sized the formulas.
 (function () {
   var SELECTOR = "pre, .nboutput > .output_area, .cell_output > .output, .jp-RenderedHTMLCommon, " +
-                 ".pst-scrollable-table-container";
+                 ".pst-scrollable-table-container, mjx-container[display='true'], span.math.attnlab-math-scroll";
   window.attnlabScrollers = SELECTOR;  // the browser tests wait for these before axe looks
   function apply(el) {
     var scrolls = el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight;
@@ -38,5 +38,6 @@
     if (document.fonts) document.fonts.addEventListener("loadingdone", all);
     var typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
     if (typeset) typeset.then(all);
+    window.addEventListener("attnlab-math-fitted", watch);  // fit-math.js sized the formulas anew
   });
 })();
