@@ -19,7 +19,8 @@ CHAPTERS = ("ch1", "ch2", "ch3",
             "ch6", "ch7",
             "ch8", "ch9",  # exercises 8 and 9
             "ch10",  # exercise 10 (needs attnlab[audit])
-            "ch11")  # exercise 11
+            "ch11",  # exercise 11
+            "ch12")  # exercise 12
 
 
 @lru_cache(maxsize=None)
