@@ -76,6 +76,7 @@ def test_sdpa_gets_no_mask_without_padding_and_a_bool_mask_with_it():
     (mask, *_) = masks_received(model, input_ids=ids, attention_mask=keep)
     assert mask.dtype == torch.bool and mask.shape == (1, 1, 6, 6)
     assert not mask[0, 0, :, :2].any() and bool(mask[0, 0, -1, 2:].all())  # True = may read; the padding is blocked
+    assert not mask[0, 0, 0].any()  # chapter 1: a pad query stays fully blocked (5.24.0 no longer unmasks the row)
     with torch.no_grad():
         past = model(input_ids=ids, use_cache=True).cache
     assert all(mask is None for mask in masks_received(model, input_ids=IDS[:, 6:7], cache=past))
