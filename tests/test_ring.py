@@ -275,3 +275,21 @@ def test_code_that_is_not_a_function_is_explained():
 def test_a_lambda_is_refused_because_it_has_no_source_of_its_own():
     with pytest.raises(TypeError, match="a lambda has none of its own"):  # ring.error_code_lambda
         run_ring([RingJob(T=16)], 2, code={"pass_on": lambda k, v, group=None: (k, v, [])})
+
+
+def send_first(k, v, group=None):
+    """Chapter 9's claim: the blocking calls in the other order (send, then receive) deadlock on gloo too."""
+    import torch.distributed as dist
+
+    rank, P = dist.get_rank(group), dist.get_world_size(group)
+    k_next, v_next = torch.empty_like(k), torch.empty_like(v)
+    dist.send(k, (rank + 1) % P, group)
+    dist.send(v, (rank + 1) % P, group)
+    dist.recv(k_next, (rank - 1) % P, group)
+    dist.recv(v_next, (rank - 1) % P, group)
+    return k_next, v_next, []
+
+
+def test_sending_before_receiving_deadlocks_on_gloo_as_well():
+    with pytest.raises(RuntimeError, match="did not finish within 1 s. In a ring this is most often a deadlock"):
+        run_ring([RingJob(T=16, block=2)], 2, code={"pass_on": send_first}, timeout_s=1)
