@@ -1,7 +1,7 @@
 """The mask cheat sheet (chapters/src/cheatsheet.md): its code runs, and every claim of its prose holds.
 
-The claims are about PyTorch 2.13 on the CPU; the Hugging Face rows quote
-transformers' masking_utils.py (not installed here) and are not re-checked.
+The claims are about PyTorch 2.13 on the CPU; the Hugging Face rows are checked through
+``model(...)`` in tests/test_chapter10_claims.py (docs/library-claims.md lists every row's check).
 """
 
 import re
