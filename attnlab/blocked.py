@@ -78,6 +78,40 @@ def tile_map(T: int, block: int) -> list[list[str]]:
     return [[tile_kind(i, min(i + block, T), j, min(j + block, T)) for j in starts] for i in starts]
 
 
+def sdpa_cpu_tiles(T_q: int) -> tuple[int, int]:
+    """(queries, keys) per tile of PyTorch's CPU flash kernel for ``T_q`` queries: 256 x 512 from
+    768 queries on, 64 x 512 from 192, 32 x 512 below (``flash_attention_kernel_impl`` in
+    aten/src/ATen/native/cpu/FlashAttentionKernel.cpp, torch 2.13; a key tile never exceeds the keys)."""
+    T_q = whole_number("T_q", T_q, low=1)
+    return (256 if T_q >= 768 else 64 if T_q >= 192 else 32), 512
+
+
+def sdpa_cpu_causal_work(T: int) -> float:
+    """The share of a full call's score work that SDPA's CPU flash kernel does with ``is_causal=True``
+    for T queries and T keys. A tile of queries starting at m computes every key tile that begins
+    before its last query (``num_keys = min(m + rows, T)``), each in full: the diagonal tile is masked
+    element by element, not shortened, and a key tile of 512 reaches far past the diagonal."""
+    T = whole_number("T", T, low=1)
+    q_tile, k_tile = sdpa_cpu_tiles(T)
+    k_tile = min(k_tile, T)
+    work = 0
+    for m in range(0, T, q_tile):
+        rows = min(q_tile, T - m)
+        keys = sum(min(k_tile, T - n) for n in range(0, m + rows, k_tile))  # [rows, keys] scores computed
+        work += rows * keys
+    return work / (T * T)
+
+
+def attention_flops(T: int, heads: int, head_dim: int, causal: bool) -> int:
+    """Floating-point operations of one attention forward over T queries and T keys (batch 1) that
+    computes only the (query, key) pairs it needs: 2 x head_dim for q . k and 2 x head_dim for the
+    weighted sum of v, per pair and head; T^2 pairs, or T (T + 1) / 2 with the causal mask."""
+    T, heads, head_dim = (whole_number(name, value, low=1) for name, value in
+                          (("T", T), ("heads", heads), ("head_dim", head_dim)))
+    pairs = T * (T + 1) // 2 if causal else T * T
+    return 4 * heads * head_dim * pairs
+
+
 def blocked_attention(q, k, v, block=64, causal=True):
     """Attention over tiles with an online softmax: [..., T_q, d], [..., T_kv, d], [..., T_kv, d_v]
     -> ([..., T_q, d_v], TileCounts).

@@ -120,3 +120,17 @@ def decode_greedy(model: GPT, prompt: torch.Tensor, steps: int, cache=None) -> t
         idx = torch.cat([idx, next_id], dim=1)
         logits, _ = model(next_id, cache=cache) if cache is not None else model(idx)
     return idx
+
+
+@torch.no_grad()
+def greedy_lead(model: GPT, tokens: torch.Tensor, prompt_len: int) -> float:
+    """Chapter 6's lead check for greedy tokens: the smallest lead of the chosen token's logit over the
+    runner-up, over every token of ``tokens`` [B, T] after the first ``prompt_len``, from one full pass.
+    Two decodings that differ only by rounding (another shape, a cache) pick the same tokens when this
+    lead is larger than their rounding; compare it with a tolerance, never print its digits."""
+    model.check_idx(tokens)
+    prompt_len = whole_number("prompt_len", prompt_len, low=1, high=tokens.size(1) - 1)
+    logits = model(tokens)[0][:, prompt_len - 1:-1]  # [B, new, V]: the logits that chose each new token
+    best_two = logits.topk(2, dim=-1).values
+    return (best_two[..., 0] - best_two[..., 1]).min().item()
+

@@ -4,10 +4,12 @@ and the chapter must still run when a reader changes its sizes."""
 import ast
 import inspect
 import re
+import warnings
 
 import nbformat
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attnlab import batching, mask_builder, rope
 from attnlab.gpt import GPT, GPTConfig
@@ -107,8 +109,8 @@ def test_the_chapter_runs_with_other_sizes():
     namespace: dict = {}
     exec("import attnlab; attnlab.setup('en')", namespace)
     for source in cells:
-        if "mask_combination_explorer(" in source or "device.type ==" in source:
-            continue  # the explorer takes seconds and depends on nothing above; the GPU cell is skipped on a CPU
+        if "mask_combination_explorer(" in source or "from transformers import" in source:
+            continue  # the explorer takes seconds and depends on nothing above; the Llama cell's sizes are its own
         for old, new in changes:
             source = source.replace(old, new)
         exec(source, namespace)
@@ -117,3 +119,26 @@ def test_the_chapter_runs_with_other_sizes():
     assert namespace["ring"][:, 0].int().tolist() == [6, 4, 5]
     assert torch.allclose(namespace["grouped"], namespace["interleaved"], atol=1e-6)
     assert torch.allclose(namespace["decode_step"](namespace["T_r"] - 1), namespace["full"][:, :, -1:], atol=1e-5)
+
+
+def test_flex_attention_without_compile_skips_no_block():
+    """Chapter 8's folded part on FlexAttention's reference path: of the block mask only its rule
+    counts. Blocks marked empty (a causal block mask) with a rule that allows every pair give
+    bidirectional attention, not causal attention; the blocks were computed all the same."""
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+    T = 16
+    causal_blocks = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, B=None, H=None, Q_LEN=T,
+                                      KV_LEN=T, BLOCK_SIZE=8, device="cpu")
+    mismatched = BlockMask.from_kv_blocks(causal_blocks.kv_num_blocks, causal_blocks.kv_indices,
+                                          causal_blocks.full_kv_num_blocks, causal_blocks.full_kv_indices,
+                                          BLOCK_SIZE=8, mask_mod=lambda b, h, q_idx, kv_idx: q_idx >= 0,
+                                          seq_lengths=(T, T))
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 2, T, 16).unbind(0)  # [B, H, T, d]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        out = flex_attention(q, k, v, block_mask=mismatched)
+    assert mismatched.sparsity() > 0  # the upper blocks are marked empty
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v), atol=1e-6)
+    assert not torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-3)

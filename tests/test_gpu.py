@@ -1,13 +1,15 @@
 """GPU-only checks: skipped without CUDA, run on the GPU runner by tools/gpu_check.sh.
 
-What chapters 3 and 8 say about CUDA, checked where it can be: flash attention takes
+What chapters 3, 6 and 8 say about CUDA, checked where it can be: flash attention takes
 ``is_causal`` but not an explicit mask, fused attention needs a fraction of the
 memory (``torch.cuda.max_memory_allocated``) and beats the explicit version in
-bfloat16 (chapter 3); a row with nothing to read is finite on every CUDA
-backend that takes a mask and zero on the math and memory-efficient ones, and the
-block mask compiled FlexAttention runs on leaves the empty blocks out while its
-result equals SDPA with the dense mask (chapter 8;
-which blocks the kernel visits is counted from the block mask, not measured).
+bfloat16 (chapter 3); a float32 decode step runs on the memory-efficient backend
+(chapter 6); a row with nothing to read is finite on every CUDA backend that takes a
+mask, zero on the math and memory-efficient ones, and on cuDNN attention over all keys
+(or zero, where a later torch fills with -inf); a varlen kernel keeps packed documents
+apart; and the block mask compiled FlexAttention runs on leaves the empty blocks out
+while its result equals SDPA with the dense mask (chapter 8; which blocks the kernel
+visits is counted from the block mask, not measured).
 ``ATTNLAB_REQUIRE_GPU=1`` turns the skip into a failure (the GPU script sets it,
 so a machine without a working GPU cannot pass silently).
 """
@@ -131,6 +133,75 @@ def test_a_fully_masked_row_is_finite_and_on_math_and_efficient_zero(backend_nam
     scores = (q.float() @ k.float().transpose(-2, -1)) / q.shape[-1] ** 0.5
     explicit = scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v.float()
     assert torch.allclose(out[real].float(), explicit[real], atol=5e-3)
+
+
+# Chapter 8 explains cuDNN's fully masked rows from PyTorch's source: for cuDNN, SDPA turns a
+# boolean mask into an additive one with the finite -65504 (convert_boolean_attn_mask_cudnn in
+# aten/src/ATen/native/transformers/attention.cpp, torch 2.11), so every score of a row with nothing
+# to read drops by the same amount and the row becomes attention over all its keys. The first GPU
+# run recorded only "finite, not zero"; this measures the inference. A version that fills with -inf
+# instead returns zero; the chapter advises relying on neither value, so either passes, and the test
+# prints which one this torch gives.
+def test_cudnn_turns_a_fully_masked_row_into_attention_over_all_keys_or_zero():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    T, lengths = 64, [64, 40, 9]
+    allowed = left_padded_mask(lengths, T)  # [3, 1, T, T]
+    q, k, v = qkv(T, torch.float16, B=len(lengths))
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    except RuntimeError as error:
+        pytest.skip(f"cuDNN has no kernel for a bool mask in float16 here: {error}")
+    empty = ~allowed.any(-1).expand(-1, q.shape[1], -1)  # [B, H, T]: queries with nothing to read
+    unmasked = F.scaled_dot_product_attention(q.float(), k.float(), v.float())  # every key, no mask
+    as_unmasked = torch.allclose(out[empty].float(), unmasked[empty], atol=5e-3)
+    zero = bool((out[empty] == 0).all())
+    print(f"cuDNN, torch {torch.__version__}: rows with nothing to read are "
+          f"{'attention over all keys' if as_unmasked else 'zero' if zero else 'neither'}")
+    assert as_unmasked or zero, "cuDNN's fully masked rows are neither unmasked attention nor zero: update chapter 8"
+
+
+# Chapter 6 explains why its GPU decode rows slow down from context 2048 to 4096: the model is
+# float32, which rules out the flash kernel (and cuDNN's), so SDPA runs the memory-efficient backend
+# for the decode step's one query per head (the cache's keys are a slice of a longer buffer).
+def test_a_float32_decode_step_runs_on_the_memory_efficient_backend():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    heads, d, context = 6, 64, 4096
+    q = torch.randn(1, heads, 1, d, device="cuda")  # [B, H, 1, d]: one new token
+    cache = torch.randn(2, 1, heads, context + 32, d, device="cuda")  # [K/V, B, H, max_len, d]
+    k, v = cache[0, :, :, :context], cache[1, :, :, :context]  # what KVCache.update returns
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        with sdpa_kernel(backend), pytest.raises(RuntimeError):
+            F.scaled_dot_product_attention(q, k, v)
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        efficient = F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v), efficient)  # the default picks it
+
+
+# Chapter 8's fast path for packed rows: a varlen kernel takes the documents as cumulative lengths
+# (cu_seqlens) and never computes a pair across a boundary; causal inside each document, it equals
+# SDPA on each document alone. torch.nn.attention.varlen.varlen_attn takes window_size=(-1, 0) for
+# causal in torch 2.12 and 2.13 (is_causal=True in the first versions).
+def test_varlen_attention_keeps_packed_documents_apart():
+    import inspect
+    import itertools
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen")
+    lengths, heads, d = [200, 120, 56], 4, 64
+    T = sum(lengths)
+    q, k, v = torch.randn(3, T, heads, d, device="cuda", dtype=torch.bfloat16).unbind(0)  # [T, H, d]: one packed row
+    cu_seqlens = torch.tensor([0, *itertools.accumulate(lengths)], device="cuda", dtype=torch.int32)
+    causal = ({"window_size": (-1, 0)} if "window_size" in inspect.signature(varlen_attn).parameters
+              else {"is_causal": True})
+    out = varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max(lengths), max(lengths), **causal)
+    for start, end in itertools.pairwise(cu_seqlens.tolist()):
+        alone = F.scaled_dot_product_attention(*(t[start:end].transpose(0, 1)[None] for t in (q, k, v)), is_causal=True)
+        assert torch.allclose(out[start:end].float(), alone[0].transpose(0, 1).float(), atol=2e-2), (start, end)
 
 
 # What chapter 8 says about compiled FlexAttention on a CUDA GPU: the fused

@@ -259,3 +259,76 @@ def test_a_missing_or_stale_check_fails(check, message):
     row = Row(0, "8", "md-003", "“x”", [check], {"torch": locked()["torch"], "transformers": locked()["transformers"]})
     with pytest.raises((AssertionError, pytest.fail.Exception), match=re.escape(message)):
         test_every_check_exists(row)
+
+
+# --- checks of claims that had none (chapter 3: SDPA's CPU tiles) ---
+
+def test_sdpa_cpu_flash_kernel_tiles_are_those_chapter_3_counts():
+    """Chapter 3 counts SDPA's causal work on the CPU with the flash kernel's tiles (256 x 512 queries x
+    keys, 64 x 512 below 768 queries, 32 x 512 below 192). Read back through the call a reader makes:
+    the kernel allocates one float32 working buffer of (q_tile x k_tile + 2 q_tile + q_tile x d) numbers
+    per thread (scores, row maximum and sum, output tile), which torch.profiler records; two head sizes
+    separate q_tile from k_tile."""
+    import torch
+    import torch.nn.functional as F
+
+    from attnlab.blocked import sdpa_cpu_tiles
+
+    threads, calls = torch.get_num_threads(), [(T, d) for T in (128, 256, 1024) for d in (32, 64)]
+    with torch.autograd.profiler.profile(profile_memory=True, use_kineto=False) as recorded:  # 0.1 s; kineto's takes seconds
+        for T, d in calls:
+            F.scaled_dot_product_attention(*torch.randn(3, 1, 2, T, d).unbind(0), is_causal=True)
+    allocated = {event.cpu_memory_usage for event in recorded.function_events if event.name == "aten::empty"}
+    for T, d in calls:
+        q_tile, k_tile = sdpa_cpu_tiles(T)
+        expected = threads * (q_tile * min(k_tile, T) + 2 * q_tile + q_tile * d) * 4  # float32 bytes
+        assert expected in allocated, (T, d, expected, sorted(allocated))
+
+
+def test_sdpa_cpu_causal_work_counts_whole_key_tiles():
+    """The work fractions chapter 3 prints: a query tile computes every key tile that begins before
+    its last query (`num_keys = min(m + qBlockSize, kvSize)`), counted here pair by pair."""
+    from attnlab.blocked import attention_flops, sdpa_cpu_causal_work, sdpa_cpu_tiles
+
+    assert [sdpa_cpu_causal_work(T) for T in (256, 1024, 4096)] == [1.0, 6 / 8, 72 / 128]
+    for T in (100, 700, 1000, 1500):
+        q_tile, k_tile = sdpa_cpu_tiles(T)
+        computed = 0
+        for query in range(T):
+            m = query // q_tile * q_tile
+            last = min(m + q_tile, T) - 1  # the tile's last query
+            computed += sum(min(k_tile, T - n) for n in range(0, last + 1, k_tile))
+        assert sdpa_cpu_causal_work(T) == computed / T**2
+    assert attention_flops(4, 2, 8, causal=False) == 4 * 2 * 8 * 16 and attention_flops(4, 2, 8, causal=True) == 4 * 2 * 8 * 10
+
+
+def test_a_decode_step_of_chapter_6s_gpu_model_is_about_300_operator_calls():
+    """Chapter 6 explains the flat GPU decode rows by launch overhead: one cached decode step of the
+    benchmark's `gpu` model (6 layers, D = 384, 6 heads) is some 300 PyTorch operator calls, about
+    half of them views (no kernel) and the rest small kernels. Counted through the model's own call."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnlab.gpt import GPT, GPTConfig, KVCache
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=256, block_size=8, n_layer=6, n_head=6, n_embd=384)).eval()
+    cache = KVCache(model.config, 1, 8)
+    with torch.no_grad():
+        model(torch.randint(0, 256, (1, 4)), cache=cache)  # prefill: the calls of a step do not depend on the context
+        counted = Count()
+        with counted:
+            model(torch.randint(0, 256, (1, 1)), cache=cache)  # one decode step
+    views = {"view", "_unsafe_view", "t", "transpose", "select", "slice", "unsqueeze", "expand", "permute", "alias",
+             "split", "unbind", "detach", "as_strided"}
+    kernels = [name for name in counted.calls if name not in views]
+    assert 250 <= len(counted.calls) <= 350 and 80 <= len(kernels) <= 160, (len(counted.calls), len(kernels))
