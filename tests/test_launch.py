@@ -395,3 +395,17 @@ def test_the_pages_job_publishes_what_make_site_builds_from_main_only():
     assert pages["permissions"] == {"pages": "write", "id-token": "write"}
     assert pages["environment"]["name"] == "github-pages" and "steps.deployment.outputs.page_url" in pages["environment"]["url"]
     assert [(step.get("id"), step["uses"].split("@")[0]) for step in pages["steps"]] == [("deployment", "actions/deploy-pages")]
+
+
+def test_the_readmes_picture_is_a_committed_png_of_an_explorer():
+    # GitHub shows a README's image from the repository: a relative path to a committed PNG (not an
+    # LFS pointer), with an alt text that says what it shows; tools/readme_picture.py takes it
+    from PIL import Image
+
+    alt, path = re.search(r"!\[([^\]]+)\]\((docs/images/[\w.-]+\.png)\)", README).groups()
+    assert len(alt) > 40 and "explorer" in alt
+    data = (ROOT / path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 300_000
+    assert path in committed_files()
+    with Image.open(ROOT / path) as picture:
+        assert 500 <= picture.width <= 1000 and 400 <= picture.height <= 1000

@@ -17,6 +17,9 @@ import pytest
 from site_support import LANGS, REPO, WAIT_MS, Page, Visit, all_pages, frames_after_change, pages, visible_frames
 from tools import site
 from tools.site import pdf_download
+from tools.site.footer import footer_html
+from tools.site.languages import SEARCH_FIELD
+from tools.site.published import pages_url
 
 
 def test_three_languages_and_a_root_page_that_offers_all(html_root):
@@ -406,6 +409,31 @@ def test_the_pdf_source_holds_every_page_in_order_with_its_widgets(html_root):
         states = sum("widget-state+json" in (html_root / lang / f"{file}.html").read_text("utf-8") for file in files)
         assert text.count("application/vnd.jupyter.widget-state+json") == states >= 1, lang
         assert "fontawesome.js" not in text and "solutions/" not in "".join(files)
+        # every folded answer printed open; every link leads into the PDF or to the published site
+        body = text.split("<body", 1)[1]
+        assert body.count("<details open") >= 11 and "<details " not in body.replace("<details open", ""), lang
+        assert not re.search(r'href="(?!#|https?:|mailto:)', body), lang
+        solutions = re.findall(r'href="(https://[^"]*/solutions/%s/[^"]+)"' % lang, body)
+        assert len(solutions) >= 11 and all(u.startswith(pages_url() + f"{lang}/solutions/{lang}/") for u in solutions)
+        # the contents give each page's number (a first print holds "000" in the same room)
+        assert len(re.findall(r'<span class="page">000</span>', text)) == len(files), lang
+    numbered, _ = pdf.assemble("en", list(range(3, 3 + len(files))))
+    try:
+        assert re.findall(r'<span class="page">(\d+)</span>', numbered.read_text("utf-8")) == [
+            str(n) for n in range(3, 3 + len(files))]
+    finally:
+        numbered.unlink()
+
+
+def test_the_pdf_finds_the_page_each_title_starts_on():
+    from tools import pdf
+
+    sheets = ["Title", "Contents 1 · The causal mask 3", "1 · The causal mask\ntext", "more text",
+              "3 · scaled_dot_product_attention与 flash\nattention", "Exercise 1 · The causal mask"]
+    titles = ["1 · The causal mask", "3 · scaled_dot_product_attention 与 flash attention", "Exercise 1 · The causal mask"]
+    assert pdf.title_pages("\f".join(sheets), titles) == [3, 5, 6]
+    with pytest.raises(AssertionError):
+        pdf.title_pages("\f".join(sheets[:4]), titles)
 
 
 def test_an_explorers_alt_text_follows_its_controls_and_they_work_by_keyboard(server, browser):
@@ -476,3 +504,33 @@ def test_the_built_sites_pdf_link_is_there_exactly_when_its_pdf_is(html_root, la
         assert len(links) == (1 if pdf.exists() else 0), path
         assert all((path.parent / href).resolve() == pdf.resolve() for href in links), (path, links)
     assert menus >= 20
+
+
+def test_what_the_pages_job_uploads_is_the_built_site_with_its_root_page(html_root):
+    # .github/workflows/ci.yml uploads make site's output folder (test_launch.py checks the job): here
+    # that folder holds the root page that sends a browser to its language, and the three sites
+    import yaml
+
+    workflow = yaml.safe_load((site.ROOT / ".github" / "workflows" / "ci.yml").read_text("utf-8"))
+    upload = next(step for step in workflow["jobs"]["site"]["steps"] if "upload-pages-artifact" in step.get("uses", ""))
+    assert (site.ROOT / upload["with"]["path"]).resolve() == html_root.resolve()
+    root_page = (html_root / "index.html").read_text("utf-8")
+    assert "location.replace" in root_page and all(f'"{lang}/chapters/{lang}/index.html"' in root_page for lang in LANGS)
+    assert all((html_root / lang / "index.html").is_file() for lang in LANGS)
+    # nothing in it points at the machine that built it (a published page would link nowhere)
+    assert [rel for rel in ["index.html", *all_pages(html_root)] if "file://" in (html_root / rel).read_text("utf-8")] == []
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_page_names_the_licences_and_the_citation_in_its_language(html_root, lang):
+    texts = {path.relative_to(html_root).as_posix(): path.read_text("utf-8") for path in pages(html_root, lang)
+             if "_static" not in path.parts}
+    with_footer = {name: text for name, text in texts.items() if "bd-footer-content" in text}
+    assert len(with_footer) >= 30
+    assert [name for name, text in with_footer.items() if footer_html(lang) not in text] == []
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_search_field_speaks_the_sites_language(html_root, lang):
+    text = (html_root / lang / "chapters" / lang / "01-causal-mask.html").read_text("utf-8")
+    assert f'placeholder="{SEARCH_FIELD[lang]}"' in text and "Search this book" not in text

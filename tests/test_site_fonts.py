@@ -57,6 +57,15 @@ ZH_ELEMENTS = {  # what a Chinese reader must be able to read, by kind: (page, s
 }
 
 
+@pytest.fixture(scope="module")
+def chinese_chapter_without_cjk_fonts(server, browser_without_cjk_fonts):
+    """Chinese chapter 1 in the browser that sees no CJK font, loaded once for this file's tests."""
+    visit = Visit(browser_without_cjk_fonts, f"{server}/zh/chapters/zh/01-causal-mask.html", lang="zh-CN")
+    visit.page.wait_for_selector(".jupyter-widgets button", state="attached", timeout=WAIT_MS)
+    yield visit
+    visit.close()
+
+
 def glyphs_of(visit, selector):
     element = visit.page.locator(selector).filter(has_text=re.compile(r"[\u3400-\u9fff]{2}")).first
     element.wait_for(state="attached", timeout=WAIT_MS)
@@ -64,10 +73,11 @@ def glyphs_of(visit, selector):
 
 
 @pytest.mark.parametrize("slug", ["01-causal-mask", "cheatsheet"])
-def test_chinese_text_is_drawn_on_a_machine_without_cjk_fonts(server, browser_without_cjk_fonts, slug):
-    visit = Visit(browser_without_cjk_fonts, f"{server}/zh/chapters/zh/{slug}.html", lang="zh-CN")
+def test_chinese_text_is_drawn_on_a_machine_without_cjk_fonts(server, browser_without_cjk_fonts, slug, request):
     if slug == "01-causal-mask":
-        visit.page.wait_for_selector(".jupyter-widgets button", state="attached", timeout=WAIT_MS)
+        visit = request.getfixturevalue("chinese_chapter_without_cjk_fonts")
+    else:
+        visit = Visit(browser_without_cjk_fonts, f"{server}/zh/chapters/zh/{slug}.html", lang="zh-CN")
     assert any(u.endswith("/zh" + WEB_FONT_PATH) for u in visit.requests)
     for kind, (page, selector) in ZH_ELEMENTS.items():
         if page != slug:
@@ -80,8 +90,8 @@ def test_chinese_text_is_drawn_on_a_machine_without_cjk_fonts(server, browser_wi
     assert [f for f in fonts if WEB_FONT_FAMILY not in f["family"]] == []  # every Chinese text falls back to it
     visit.screenshot(f"zh_{slug}_without_cjk_fonts")
     assert visit.errors == [] and visit.remote_requests() == []
-    visit.close()
     if slug != "01-causal-mask":
+        visit.close()
         return
 
     # The same page with the web font blocked: the same characters are identical boxes (tofu),
@@ -132,3 +142,64 @@ def test_each_site_has_a_small_web_font_with_exactly_its_cjk_characters(html_roo
     assert "中" in chars and "文" in chars  # the language switcher
     assert path.stat().st_size < (400_000 if lang == "zh" else 10_000)
 
+
+
+# The theme's own words on a Chinese page (not the article's): what a reader needs to find their way.
+# kind: (selector, how to bring it into view). A selector matches the first such element with CJK text.
+THEME_ELEMENTS = {
+    "header title": (".bd-sidebar-primary .logo__title", None),
+    "sidebar caption": (".bd-sidebar-primary .caption-text", None),
+    "sidebar link": (".bd-sidebar-primary .bd-links a.reference", None),
+    "search button": (".bd-sidebar-primary .search-button__default-text", None),
+    "on this page": (".bd-sidebar-secondary .onthispage", None),
+    "page navigation": (".prev-next-area a.left-prev", None),
+    "footer": (".bd-footer-content .attnlab-licence", None),
+    "search field": (".search-button__search-container input, #pst-search-dialog input[name=q]", "search"),
+    "back-to-top button": ("#pst-back-to-top", "show"),
+}
+
+# The element and everything in it set in its own font stack without the site's web font: what a
+# machine without any CJK font would draw if the web font did not reach the element (boxes).
+WITHOUT_WEB_FONT = """(el) => {
+  for (const e of [el, ...el.querySelectorAll("*")]) {
+    const family = getComputedStyle(e).fontFamily.replace(/,\\s*"attnlab Noto Sans SC"/g, "");
+    e.style.setProperty("font-family", family, "important");
+  }
+}"""
+
+
+def theme_element(visit, kind):
+    selector, action = THEME_ELEMENTS[kind]
+    page = visit.page
+    if action == "show":  # the theme shows it when the reader scrolls back up, below 1200 px only
+        page.eval_on_selector(selector, "el => el.style.setProperty('display', 'block', 'important')")
+    elif action == "search":
+        page.keyboard.press("Control+k")
+    cjk = re.compile(r"[\u3400-\u9fff]")
+    element = page.locator(selector).filter(has_text=cjk).first if action != "search" else page.locator(selector).first
+    element.wait_for(state="visible", timeout=WAIT_MS)
+    text = element.get_attribute("placeholder") if action == "search" else element.inner_text()
+    assert cjk.search(text or ""), (kind, text)
+    return element
+
+
+def test_the_themes_own_words_are_drawn_without_cjk_fonts_pixel_by_pixel(chinese_chapter_without_cjk_fonts):
+    # Issue 52: with no CJK font the header title was boxes (12 of 12 loads), the sidebar's home link
+    # and the search field too, while the article was fine. Each element's pixels are compared with
+    # the same element set without the web font (boxes on this machine): equal pixels would be tofu.
+    # (With the web font blocked, all nine compare equal: the check tells glyphs from boxes.)
+    visit = chinese_chapter_without_cjk_fonts
+    visit.page.evaluate("document.fonts.ready.then(() => true)")
+    drawn = {}
+    for kind in THEME_ELEMENTS:
+        element = theme_element(visit, kind)
+        element.scroll_into_view_if_needed()
+        visit.page.evaluate("document.fonts.ready.then(() => true)")
+        real = element.screenshot(animations="disabled")
+        element.evaluate(WITHOUT_WEB_FONT)
+        tofu = element.screenshot(animations="disabled")
+        drawn[kind] = real != tofu
+        if kind == "search field":
+            visit.page.keyboard.press("Escape")
+    assert drawn == dict.fromkeys(THEME_ELEMENTS, True)
+    assert visit.errors == [] and visit.remote_requests() == []

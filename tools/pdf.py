@@ -287,11 +287,13 @@ def check(languages: list[str]) -> None:
         assert "<details " not in printed.replace("<details open", ""), (lang, "a folded answer")
         body = printed.split("<body", 1)[1]
         assert not re.search(r'href="(?!#|https?:|mailto:)', body), (lang, "a link to a file of this machine")
+        uris = set(re.findall(rb"/URI \(([^)]*)\)", path.read_bytes()))  # the printed links themselves
+        assert uris and not [uri for uri in uris if not uri.startswith((b"https://", b"http://", b"mailto:"))], lang
         pages = int(subprocess.run(["pdfinfo", str(path)], capture_output=True, text=True, check=True)
                     .stdout.split("Pages:")[1].split()[0])
         assert f"{pages} / {pages}" in flat and f"2 / {pages}" in flat, lang
         print(f"{path.relative_to(site.ROOT)}: {pages} pages, {len(fonts)} fonts (all embedded), "
-              f"{len(titles)} titles in order")
+              f"{len(titles)} titles in order on the pages the contents give, {len(uris)} links (none to a file)")
 
 
 def assemble_titles(lang: str) -> list[str]:

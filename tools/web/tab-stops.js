@@ -11,14 +11,19 @@
                  ".pst-scrollable-table-container, mjx-container[display='true'], span.math.attnlab-math-scroll";
   window.attnlabScrollers = SELECTOR;  // the browser tests wait for these before axe looks
   function apply(el) {
+    if (!el.matches(SELECTOR)) return;
     var scrolls = el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight;
     if (scrolls && el.tabIndex !== 0) el.tabIndex = 0;
     else if (!scrolls && el.tabIndex === 0 && el.getAttribute("tabindex") === "0") el.tabIndex = -1;
   }
   function all() { document.querySelectorAll(SELECTOR).forEach(apply); }
   var watched = new WeakSet();
+  var owner = new WeakMap();  // a watched element's first child -> the element (never the child itself:
+                              // a formula's inner mjx-math, aria-hidden, must not get a tab stop)
   var sizes = typeof ResizeObserver === "function" ?
-    new ResizeObserver(function (entries) { entries.forEach(function (e) { apply(e.target); }); }) : null;
+    new ResizeObserver(function (entries) {
+      entries.forEach(function (e) { apply(owner.get(e.target) || e.target); });
+    }) : null;
   function watch() {
     all();
     if (!sizes) return;
@@ -27,7 +32,7 @@
       watched.add(el);
       sizes.observe(el);
       // the element's own box may keep its size while its content grows (a font swap in a <pre>)
-      if (el.firstElementChild) sizes.observe(el.firstElementChild);
+      if (el.firstElementChild) { owner.set(el.firstElementChild, el); sizes.observe(el.firstElementChild); }
     });
   }
   window.addEventListener("load", function () {
