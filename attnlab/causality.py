@@ -204,8 +204,8 @@ def jacobian_map(model, idx: torch.Tensor, embedding: nn.Embedding | None = None
                 handle.remove()
             return (logits * directions).sum(dim=-1)
 
-        jac = torch.autograd.functional.jacobian(outputs, seen[0])  # [T, 1, T, D]
-    return jac[:, 0].norm(dim=-1).cpu()  # [t, s], on the CPU
+        jac = torch.autograd.functional.jacobian(outputs, seen[0])  # [T, 1, T, D], or [T, T, 1, D] sequence first
+    return jac.reshape(jac.size(0), -1, jac.size(-1)).norm(dim=-1).cpu()  # [t, s], on the CPU (XLNet embeds [T, 1, D])
 
 
 def first_leak(leak_map: torch.Tensor, atol: float = 0.0) -> tuple[int, int] | None:
@@ -275,7 +275,8 @@ def _checked_jacobian_map(model, idx: torch.Tensor, embedding: nn.Module | None,
     columns = getattr(model, "real_columns", None)  # a padding adapter (chapter 10): where the real tokens are
     padded = (callable(columns) and isinstance(out, torch.Tensor) and out.dim() == 3
               and out.size(0) == idx.size(0) and out.size(1) > idx.size(1))
-    if not padded and (not isinstance(out, torch.Tensor) or out.dim() != 3 or tuple(out.shape[:2]) != tuple(idx.shape)):
+    layouts = (tuple(idx.shape), tuple(idx.shape)[::-1])  # [B, T, D], or sequence first [T, B, D] (XLNet)
+    if not padded and (not isinstance(out, torch.Tensor) or out.dim() != 3 or tuple(out.shape[:2]) not in layouts):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else describe(out)
         raise ValueError(tr("error.embedding_shape", name=type(embedding).__name__, idx=tuple(idx.shape),
                             T=idx.size(1), got=got))

@@ -259,3 +259,29 @@ def test_the_jacobian_hook_replaces_only_the_call_of_the_sequences_shape(model, 
     model.eval()
     assert find_leaks(TwoCalls(model), idx)["jacobian"] is None
     assert assert_causal_jacobian(TwoCalls(model), idx) is None
+
+
+def test_a_model_that_embeds_sequence_first_gets_the_same_jacobian_map(model, idx):
+    """XLNet embeds ``input_ids.T``: its embedding returns [T, 1, D]. The Jacobian map must still be [T, T]
+    over (output, input) positions, the same map as for the [1, T, D] layout, without a false leak."""
+
+    class SequenceFirst(nn.Module):
+        def __init__(self, gpt):
+            super().__init__()
+            self.gpt = gpt
+
+        def forward(self, ids):
+            x = self.gpt.token_embedding(ids.T).transpose(0, 1)  # [T, B, D] -> [B, T, D]
+            positions = self.gpt.position_embedding(torch.arange(ids.size(1)))
+            h = x + positions
+            for block in self.gpt.blocks:
+                h = block(h)
+            return self.gpt.head(self.gpt.norm_f(h))
+
+    model.eval()
+    wrapped = SequenceFirst(model)
+    assert torch.allclose(wrapped(idx), model(idx)[0], atol=1e-5)
+    sequence_first = jacobian_map(wrapped, idx)
+    assert sequence_first.shape == (idx.size(1), idx.size(1))
+    assert torch.allclose(sequence_first, jacobian_map(model, idx), rtol=1e-4, atol=1e-6)
+    assert find_leaks(wrapped, idx)["jacobian"] is None
