@@ -478,9 +478,9 @@ def test_the_auditors_own_reasons_are_message_keys_rendered_in_each_language():
 
     timeout = Verdict.keyed("BltForCausalLM", "could_not_audit", "audit.reason_timeout", seconds="120")
     again = Verdict.from_dict(timeout.to_dict())  # as the page reads it from the JSON
-    assert again.message == "no verdict within the time limit of 120 s" == again.reason("en")
-    assert again.reason("de") == "Kein Urteil innerhalb des Zeitlimits von 120 s"
-    assert again.reason("zh") == "在 120 秒的时间限制内没有得出结论"
+    assert again.message == "no verdict within the time limit of 120 s of CPU time" == again.reason("en")
+    assert again.reason("de") == "Kein Urteil innerhalb des Zeitlimits von 120 s Rechenzeit"
+    assert again.reason("zh") == "在 120 秒 CPU 时间的限制内没有得出结论"
     cached = Verdict.keyed("CpmAntForCausalLM", "could_not_audit", "audit.reason_cached_pass_failed",
                            message="RuntimeError: boom")
     assert "Prüfwerkzeug" in cached.reason("de") and "审查工具" in cached.reason("zh")

@@ -12,6 +12,8 @@ config with random, seeded float32 weights (:func:`tiny_model`).
   a model's attention implementations, padded and not, compares cached with
   uncached logits, and returns one :class:`AuditRow` per combination;
   :func:`audit_table` prints them in the reader's language.
+- :func:`check_packing` packs two or three documents into one row with restarting ``position_ids`` and
+  compares each document's logits with the document alone, in the calls a training loop makes.
 - :func:`register_leaky_attention` registers two broken attention functions
   through the library's own ``AttentionInterface``, to see what the audit finds.
 - ``python -m attnlab.audit MODEL_CLASS_OR_CONFIG`` runs the audit from a shell.
@@ -31,6 +33,7 @@ The modules, one idea each (every name is imported from here, ``from attnlab.aud
 - ``comparisons``: padded against unpadded, cached against uncached, ``generate()`` both ways;
 - ``masks``: the mask the library builds against the course's (``library_mask``, ``course_mask``);
 - ``model_audit``: chapter 5's tests applied to a model, its rows and table (``audit``, ``audit_table``);
+- ``packing``: the fourth check, documents packed into one row as a training loop calls the model (``check_packing``);
 - ``errors``: the auditor's own reasons, a library crash with its repro, an error in one line;
 - ``targets``: a name or class resolved, and a small valid config for any class (``FAMILIES``);
 - ``verdicts``: one verdict per target (``audit_target``, ``Verdict``);
@@ -49,6 +52,7 @@ from .leaky import LEAKY, drops_mask_attention, ignores_padding_attention, own_m
 from .library import registered_as, require_transformers
 from .masks import course_mask, library_mask
 from .model_audit import IMPLEMENTATIONS, PADDINGS, AuditRow, audit, audit_table, leaks_of, test_maps
+from .packing import CALLS, PACKING_KINDS, Packing, PackingRow, check_packing, packing_rows
 from .model_sweep import (CONFIGS, ENCODER_DECODERS, ENCODERS, MEMORY, sweep, sweep_json, sweep_summary, sweep_table,
                           sweep_targets)
 from .models import (MODEL_CLASS, MODELS, as_decoder, check_implementation, expected_causal, is_encoder_decoder,
@@ -74,6 +78,8 @@ __all__ = [
     "course_mask", "library_mask",
     # model_audit
     "IMPLEMENTATIONS", "PADDINGS", "AuditRow", "audit", "audit_table", "leaks_of", "test_maps",
+    # packing
+    "CALLS", "PACKING_KINDS", "Packing", "PackingRow", "check_packing", "packing_rows",
     # model_sweep
     "CONFIGS", "ENCODER_DECODERS", "ENCODERS", "MEMORY", "sweep", "sweep_json", "sweep_summary", "sweep_table",
     "sweep_targets",

@@ -82,6 +82,18 @@ def _takes_positions(model_class) -> bool:
     return "position_ids" in _parameters(model_class)
 
 
+@functools.lru_cache(maxsize=None)
+def no_cache(model_class) -> dict:
+    """``{"use_cache": False}`` where ``model_class.forward`` takes it, by name or through ``**kwargs``
+    (GraniteMoe: left to the config, its "uncached" pass would build a cache), else ``{}``."""
+    try:
+        parameters = inspect.signature(model_class.forward).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    takes = any(p.name == "use_cache" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return {"use_cache": False} if takes else {}
+
+
 def cache_keyword(model_class) -> str | None:
     """The keyword through which ``model_class.forward`` takes a KV cache: ``cache`` (recent transformers),
     ``past_key_values`` (earlier versions), or ``None`` (it takes none: the cache check cannot run)."""
@@ -136,7 +148,8 @@ class CopiedEmbedding(nn.Module):
         return self.inner(*args, **kwargs).clone()
 
 
-IN_PLACE_EMBEDDINGS = ("CTRLLMHeadModel", "GitForCausalLM")  # models that change their embeddings' output in place
+# models that change their embeddings' output in place (Blt adds its hash embeddings: `embeddings += ...`)
+IN_PLACE_EMBEDDINGS = ("CTRLLMHeadModel", "GitForCausalLM", "BltForCausalLM")
 
 
 class Adapter(nn.Module):
@@ -223,8 +236,8 @@ class Adapter(nn.Module):
         full, mask = self._padded(ids)
         positions = self._positions(mask)
         if not self.cached:  # no cache built either (a cache layer that crashes is the cached run's finding)
-            off = {"use_cache": False} if "use_cache" in _parameters(type(self.model)) else {}
-            return output_of(self.model(input_ids=full, attention_mask=mask, **positions, **off))[:, self._real(T)]
+            return output_of(self.model(input_ids=full, attention_mask=mask, **positions, **no_cache(type(self.model))))[
+                :, self._real(T)]
         pieces, past = [], None
         keyword = cache_keyword(type(self.model))
         if keyword is None:
@@ -250,7 +263,7 @@ class Adapter(nn.Module):
 
     def _decode(self, ids, call):
         if not self.cached:
-            return output_of(call(ids))
+            return output_of(call(ids, **no_cache(type(self.model))))
         pieces, past = [], None
         first = max(1, ids.size(1) // 2)
         for start, stop in [(0, first)] + [(t, t + 1) for t in range(first, ids.size(1))]:

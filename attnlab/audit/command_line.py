@@ -150,6 +150,8 @@ def _main(argv=None) -> int:
         print(verdict_line(verdict), file=sys.stdout)
         if verdict.repro:
             print(tr("audit.repro", repro=verdict.repro))
+    if verdict.packing is not None:  # the fourth check: documents packed into one row
+        print(f"{tr('audit.col_packing')}{_colon()}{verdict.packing.word()}{_colon()}{verdict.packing.reason()}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(verdict.to_dict(), out, indent=1, ensure_ascii=False)

@@ -11,12 +11,24 @@ import re
 
 from ..i18n import tr
 
+def render(key: str, values: dict | None, lang: str | None = None) -> str:
+    """Message ``key`` with ``values`` in ``lang``; a value named ``..._key`` is itself a message, a key or a
+    ``[key, values]`` pair, rendered in the same language and passed without the suffix
+    (``test_key="ch5.test_jacobian"`` gives ``test``)."""
+    def nested(value):
+        return tr(value, lang=lang) if isinstance(value, str) else render(value[0], value[1], lang)
+
+    return tr(key, lang=lang, **{name.removesuffix("_key") if name.endswith("_key") else name:
+                                 nested(value) if name.endswith("_key") else value
+                                 for name, value in (values or {}).items()})
+
+
 class Keyed(RuntimeError):
     """The auditor's own reason for a verdict, as a message key and its values: the JSON keeps both, so the
     page renders the reason in each reader's language (``str()`` of it is the English text)."""
 
     def __init__(self, key: str, **values):
-        super().__init__(tr(key, lang="en", **values))
+        super().__init__(render(key, values, "en"))
         self.key, self.values = key, values
 
 
@@ -44,17 +56,29 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
-def repro_line(config, model_class, padding: str, cached: bool) -> str:
+def _changed(values: dict, default: dict) -> dict:
+    """The plain values (numbers, strings, booleans) of a config's dict that differ from its default's."""
+    return {k: v for k, v in values.items()
+            if k not in ("transformers_version", "architectures", "model_type", "dtype", "torch_dtype")
+            and isinstance(v, (int, float, bool, str)) and default.get(k, object()) != v}
+
+
+def repro_line(config, model_class, padding: str, cached: bool, batch: int = 1) -> str:
     """A one-line Python command that builds the tiny model from the library alone and makes the call
-    that failed (the non-default config values, the first half of 8 tokens, then one cached step)."""
+    that failed (the non-default config values; the first half of 8 tokens, then one cached step; or, not
+    cached, one call on ``batch`` rows of 8 tokens, with an all-ones ``attention_mask`` where ``padding``
+    is not ``"none"``)."""
     try:
         default = type(config)().to_dict()
     except Exception:
         default = {}
-    diff = {k: v for k, v in config.to_dict().items()
-            if k not in ("transformers_version", "architectures", "model_type", "dtype", "torch_dtype")
-            and isinstance(v, (int, float, bool, str)) and default.get(k, object()) != v}
+    diff = _changed(config.to_dict(), default)
+    for key, value in config.to_dict().items():  # a sub-config (Blt's four): the sizes that differ, as a dict
+        if key.endswith("_config") and isinstance(value, dict) and isinstance(default.get(key), dict):
+            sub = _changed(value, default[key])
+            if sub:
+                diff[key] = sub
     call = "o = m(x[:, :4], use_cache=True); m(x[:, 4:5], use_cache=True, cache=o.cache)" if cached \
-        else "m(x)"
+        else "m(x)" if padding == "none" else "m(x, attention_mask=torch.ones_like(x))"
     return (f"python -c \"import torch, transformers as t; m = t.{model_class.__name__}(t.{type(config).__name__}"
-            f"(**{diff!r})).eval(); x = torch.ones(1, 8, dtype=torch.long); {call}\"")
+            f"(**{diff!r})).eval(); x = torch.ones({batch}, 8, dtype=torch.long); {call}\"")

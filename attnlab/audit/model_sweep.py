@@ -48,12 +48,30 @@ def _child(connection, target, implementations, paddings, T):
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
     except (ImportError, ValueError, OSError):  # not on this system: no cap
         pass
+    import time
+
     try:
         verdict = audit_target(target, implementations, paddings, T)
     except BaseException as error:  # noqa: BLE001 - a bad target is a row of the sweep, not a crash of it
         verdict = Verdict(str(target), "could_not_audit", [], [], one_line(error))
+    verdict.cpu_seconds = time.process_time()  # this process's CPU time: the audit's, on one thread
     connection.send(verdict.to_dict())
     connection.close()
+
+
+def _cpu_seconds(process) -> float | None:
+    """The CPU time a child process has used so far (Linux: /proc), or ``None`` where it cannot be read."""
+    import os
+
+    try:
+        with open(f"/proc/{process.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, in ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+WALL_FACTOR = 10  # a target's wall-clock limit, in units of its CPU-time limit (a process that waits, not works)
 
 
 def _bar(done: int, total: int, width: int = 30) -> str:
@@ -64,8 +82,10 @@ def _bar(done: int, total: int, width: int = 30) -> str:
 def sweep(targets=None, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: int = 8, workers: int = 2,
           limit: float = 120.0, progress=None, done=None) -> list[Verdict]:
     """:func:`audit_target` for every target (default :func:`sweep_targets`), each in its own process
-    with a time limit of ``limit`` seconds (then: could not audit), ``workers`` at a time. ``progress``:
-    a stream for a progress bar (``sys.stderr`` from the command line), or ``None``."""
+    with a time limit of ``limit`` seconds of CPU time (then: could not audit; a machine shared with other
+    work slows the wall clock, not the CPU time a target needs; where the CPU time cannot be read, and as a
+    last resort for a process that waits, ``WALL_FACTOR`` times ``limit`` of wall-clock time), ``workers``
+    at a time. ``progress``: a stream for a progress bar (``sys.stderr`` from the command line), or ``None``."""
     import multiprocessing
     import time
 
@@ -86,9 +106,11 @@ def sweep(targets=None, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: i
             running[index] = (target, process, receive, time.monotonic())
         for index, (target, process, receive, started) in list(running.items()):
             elapsed = time.monotonic() - started
+            cpu = _cpu_seconds(process)
             verdict = None
-            if elapsed > limit:  # first: a verdict seen only after the limit came too late (on a loaded
-                # machine this loop's 0.05 s sleep can take seconds, and a short audit ends meanwhile)
+            if (cpu if cpu is not None else elapsed) > limit or elapsed > WALL_FACTOR * limit:  # first: a verdict
+                # seen only after the limit came too late (this loop's 0.05 s sleep can take seconds, and a short
+                # audit ends meanwhile)
                 process.kill()
                 verdict = Verdict.keyed(target, "could_not_audit", "audit.reason_timeout", seconds=f"{limit:g}")
             elif receive.poll():
@@ -116,12 +138,15 @@ def sweep(targets=None, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: i
 
 
 def sweep_table(verdicts: list[Verdict], lang: str | None = None) -> str:
-    """One line per target: the class, the verdict, the reason."""
-    lines = [[tr("audit.col_target", lang=lang), tr("audit.col_verdict", lang=lang), tr("audit.col_reason", lang=lang)]]
-    lines += [[v.target, v.word(lang), v.reason(lang)] for v in verdicts]
-    widths = [max(_width(line[i]) for line in lines) + 2 for i in range(2)]
-    return "\n".join("".join(cell + " " * (w - _width(cell)) for w, cell in zip(widths, line[:2])) + line[2]
-                     for line in lines)
+    """One line per target: the class, the verdict, the packing check's word, the reason (a second line of it,
+    what crashed after a leak, indented below)."""
+    lines = [[tr("audit.col_target", lang=lang), tr("audit.col_verdict", lang=lang), tr("audit.col_packing", lang=lang),
+              tr("audit.col_reason", lang=lang)]]
+    lines += [[v.target, v.word(lang), "-" if v.packing is None else v.packing.word(lang), v.reason(lang)]
+              for v in verdicts]
+    widths = [max(_width(line[i]) for line in lines) + 2 for i in range(3)]
+    return "\n".join("".join(cell + " " * (w - _width(cell)) for w, cell in zip(widths, line[:3]))
+                     + line[3].replace("\n", "\n" + " " * sum(widths)) for line in lines)
 
 
 def sweep_summary(verdicts: list[Verdict], lang: str | None = None) -> str:

@@ -82,8 +82,9 @@ SIZES = dict(rotary_dim=8, vocab_size=128, hidden_size=32, intermediate_size=64,
 FAMILIES: dict[str, dict] = {
     # DBRX reads attn_config.rope_theta, which DbrxAttentionConfig does not declare, and clamps by clip_qkv
     "DbrxConfig": dict(attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0)),
-    # rope parameters per layer type (KeyError: 'full_attention')
-    "CohereCompassConfig": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # rope parameters per layer type (KeyError: 'full_attention'); CohereCompassForCausalLM's config is the text
+    # config (the key "CohereCompassConfig" before missed it)
+    "CohereCompassTextConfig": dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
     # the state-space width matches its heads (4 heads of 16)
     "FalconH1Config": dict(mamba_d_ssm=64),
     # hybrids: one state-space or convolution layer and one attention layer
@@ -105,6 +106,22 @@ FAMILIES: dict[str, dict] = {
     "LEDConfig": dict(attention_window=4),
     # Zamba2's shared blocks at the layer that exists (its default ids start at layer 6: KeyError: 1)
     "Zamba2Config": dict(hybrid_layer_ids=[1]),
+    # Zamba ties its shared transformer block across the hybrid layers: with one hybrid layer there is nothing to
+    # tie it to ("There is an issue with your definition of `tie_weights_keys`"); two hybrid layers
+    "ZambaConfig": dict(layer_types=["linear_attention", "hybrid", "hybrid"], num_hidden_layers=3),
+    # its linear-attention layers have their own sizes (32 heads of 128 by default: minutes per audit)
+    "KimiLinearConfig": dict(linear_num_heads=2, linear_head_dim=16),
+    # MiMo-V2-Flash with 2 heads of 2 key-value heads fails in its attention sinks ("size of tensor a (2) must
+    # match the size of tensor b (0)"); the checkpoint's ratio, several query heads per key-value head, runs
+    "MiMoV2FlashConfig": dict(num_attention_heads=4, num_key_value_heads=1),
+    # Blt: four sub-configs (patcher, local encoder and decoder, global transformer) and hash embeddings of
+    # 500002 rows each; with the defaults one audit takes minutes. Every part small, its global width the same
+    "BltConfig": dict(encoder_hash_byte_group_vocab=64,
+                      **{part: dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                    num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                                    **({"hidden_size_global": 32} if part in ("encoder_config", "decoder_config")
+                                       else {}))
+                         for part in ("patcher_config", "encoder_config", "decoder_config", "global_config")}),
     # Reformer: axial positions whose shape multiplies to 64 and whose widths add to 32, local attention only
     "ReformerConfig": dict(axial_pos_shape=[8, 8], axial_pos_embds_dim=[16, 16], attn_layers=["local", "local"],
                            local_attn_chunk_length=4),
