@@ -89,7 +89,7 @@ def sdpa_cpu_tiles(T_q: int) -> tuple[int, int]:
 def sdpa_cpu_causal_work(T: int) -> float:
     """The share of a full call's score work that SDPA's CPU flash kernel does with ``is_causal=True``
     for T queries and T keys. A tile of queries starting at m computes every key tile that begins
-    before its last query (``num_keys = min(m + rows, T)``), each in full: the diagonal tile is masked
+    at or before its last query (``num_keys = min(m + rows, T)``), each in full: the diagonal tile is masked
     element by element, not shortened, and a key tile of 512 reaches far past the diagonal."""
     T = whole_number("T", T, low=1)
     q_tile, k_tile = sdpa_cpu_tiles(T)

@@ -286,8 +286,8 @@ def test_sdpa_cpu_flash_kernel_tiles_are_those_chapter_3_counts():
 
 
 def test_sdpa_cpu_causal_work_counts_whole_key_tiles():
-    """The work fractions chapter 3 prints: a query tile computes every key tile that begins before
-    its last query (`num_keys = min(m + qBlockSize, kvSize)`), counted here pair by pair."""
+    """The work fractions chapter 3 prints: a query tile computes every key tile that begins at or
+    before its last query (`num_keys = min(m + qBlockSize, kvSize)`), counted here pair by pair."""
     from attnlab.blocked import attention_flops, sdpa_cpu_causal_work, sdpa_cpu_tiles
 
     assert [sdpa_cpu_causal_work(T) for T in (256, 1024, 4096)] == [1.0, 6 / 8, 72 / 128]
