@@ -21,7 +21,7 @@ import torch
 
 from ..i18n import tr
 from ..inputs import describe, whole_number
-from .adapter import ATOL, _parameters, _takes_positions, output_of, tolerance
+from .adapter import ATOL, _takes_positions, no_cache, output_of, tolerance
 from .errors import one_line, render
 from .models import as_decoder, expected_causal, is_encoder_decoder, model_from_config, vocab_of
 
@@ -135,37 +135,39 @@ def packed_row(lengths, vocab: int, seed: int = 0) -> tuple[list[torch.Tensor], 
 
 def _call(model, ids, positions, call: str) -> torch.Tensor:
     """``model(...)`` on a packed row as a training loop makes the call ``call``."""
-    takes = _parameters(type(model))
     kwargs = {"input_ids": ids, "position_ids": positions}
-    if call != "default" and "use_cache" in takes:
-        kwargs["use_cache"] = False
+    if call != "default":
+        kwargs.update(no_cache(type(model)))
     if call == "no_cache_ones":
         kwargs["attention_mask"] = torch.ones_like(ids)
     return output_of(model(**kwargs))
 
 
 def calls_of(model) -> tuple[str, ...]:
-    """The calls :func:`packing_rows` makes: all of :data:`CALLS`, or, for a forward without ``use_cache``,
-    the default call and the one with an all-ones mask."""
-    return CALLS if "use_cache" in _parameters(type(model)) else ("default", "no_cache_ones")
+    """The calls :func:`packing_rows` makes: all of :data:`CALLS`, or, for a forward that takes no ``use_cache``
+    (by name or through ``**kwargs``), the default call and the one with an all-ones mask."""
+    return CALLS if no_cache(type(model)) else ("default", "no_cache_ones")
 
 
 def packing_rows(model, implementation: str | None = None, lengths=LENGTHS, seed: int = 0,
                  atol: float = ATOL) -> list[PackingRow]:
     """One :class:`PackingRow` per call of :func:`calls_of` for ``model`` (as built, eval mode): each
-    document's logits in the packed row against the document alone (``use_cache=False``, no mask)."""
+    document's logits in the packed row against the document alone (``use_cache=False``, no mask, the same
+    ``position_ids`` 0 .. n - 1: a model that counts from elsewhere by default, RoBERTa from 2, is compared
+    at the positions the packed row gives it)."""
     lengths = _lengths(lengths)
     implementation = implementation or getattr(model.config, "_attn_implementation", None) or "?"
     documents, ids, positions = packed_row(lengths, vocab_of(model.config), seed)
     bounds = torch.tensor([0, *lengths]).cumsum(0).tolist()
     spans = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
-    off = {"use_cache": False} if "use_cache" in _parameters(type(model)) else {}
+    off = no_cache(type(model))
     was_training = model.training
     model.eval()
     rows = []
     try:
         with torch.no_grad():
-            alone = [output_of(model(input_ids=doc, **off)) for doc in documents]  # [1, n, V] each
+            alone = [output_of(model(input_ids=doc, position_ids=torch.arange(doc.size(1))[None], **off))
+                     for doc in documents]  # [1, n, V] each: the same positions as in the packed row
             limit = tolerance(torch.cat(alone, dim=1), atol)
             others = torch.randint(1, vocab_of(model.config), ids.shape, generator=torch.Generator().manual_seed(seed + 1))
             for call in calls_of(model):
