@@ -121,6 +121,8 @@ def bf16_rows(sizes: Sizes, device: torch.device, compile_flex: bool = True) -> 
             row["flash_full_over_causal"] = pair["ratio"]  # chapter 3's "causal is about 1.7-1.8x faster"
             row["flash_causal_peak_MiB"] = peak_MiB(causal, device)
             reference = causal()
+        if T == 1024:  # chapter 3: 16 sequences of 1k, as many tokens as FlashAttention-2's runs (a full GPU)
+            row["flash_batch"] = flash_batch_row(16, T, sizes, device)
         if T <= sizes.naive_max_T:
             row["naive_ms"] = 1e3 * median_seconds(lambda: causal_attention(q, k, v), device, sizes.repeats)
             row["naive_peak_MiB"] = peak_MiB(lambda: causal_attention(q, k, v), device)
@@ -142,6 +144,22 @@ def bf16_rows(sizes: Sizes, device: torch.device, compile_flex: bool = True) -> 
               f"{row['flex_causal_over_full']['median']:.2f}, window/full {row['flex_window_over_full']['median']:.2f}",
               flush=True)
     return rows
+
+
+def flash_batch_row(B: int, T: int, sizes: Sizes, device: torch.device) -> dict:
+    """Chapter 3's occupancy row: SDPA's flash backend, causal against full, at batch B (bfloat16, H =
+    ``gpu_heads``, d = 128). With B x T = 16k tokens every tile round is full, as in FlashAttention-2's
+    runs, so the ratio shows the causal saving apart from how full the GPU is."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, B, sizes.gpu_heads, T, 128, device=device, dtype=torch.bfloat16).unbind(0)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        causal = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+        full = lambda: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+        pair = paired_seconds(wall_seconds(full, device), wall_seconds(causal, device), sizes.pair_repeats)
+    return {"B": B, "T": T, "H": sizes.gpu_heads, "d": 128, "dtype": "bfloat16", "flash_full_ms": 1e3 * pair["a"],
+            "flash_causal_ms": 1e3 * pair["b"], "flash_full_over_causal": pair["ratio"]}
 
 
 def decode_rows(sizes: Sizes, device: torch.device) -> tuple[list[dict], dict]:
