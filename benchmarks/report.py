@@ -79,6 +79,10 @@ def markdown(result: dict) -> str:
               f"2 x layers x heads x head_dim x T x 4 bytes = 2 x {mem['n_layer']} x {mem['n_head']} x "
               f"{mem['head_dim']} x {mem['max_len']} x 4 = {mem['bytes_formula']:,} bytes; "
               f"measured tensor bytes: {mem['bytes_measured']:,}."]
+    if result.get("decoding"):
+        from .decoding import markdown_lines
+
+        lines += markdown_lines(result["decoding"])
     if result.get("grader"):
         g = result["grader"]
         lines += ["", "## Grader", "", f"Grading `{g['notebook']}` from the command line (fresh kernel): "

@@ -30,6 +30,7 @@ import time
 
 import torch
 
+from .decoding import decoding_rows
 from .measurements import ROOT, attention_rows, backward_rows, bf16_rows, decode_rows, grader_row
 from .report import markdown, plot
 from .sizes import SIZES, Sizes  # noqa: F401 - Sizes and paired_seconds: run.Sizes, run.paired_seconds as before
@@ -45,6 +46,7 @@ def run(size: str, device: torch.device) -> dict:
     attention = attention_rows(sizes, device)
     backward = backward_rows(sizes, device)
     decode, memory = decode_rows(sizes, device)
+    decoding = decoding_rows(sizes, device)  # chapter 12
     bf16 = bf16_rows(sizes, device) if device.type == "cuda" and sizes.gpu_T else []
     last = attention[-1]
     ratio = last["sdpa_causal_over_full"]["median"]
@@ -54,7 +56,8 @@ def run(size: str, device: torch.device) -> dict:
              f"construction: causal/full = {last['blocked_causal_over_full']['median']:.2f} "
              f"against a counted FLOP ratio of {last['flops_ratio_counted']:.2f}.")
     return {"size": size, "date": time.strftime("%Y-%m-%d"), "machine": machine(device), "attention": attention,
-            "backward": backward, "bf16": bf16, "decode": decode, "kv_cache_memory": memory, "grader": grader_row() if size != "smoke" else None,
+            "backward": backward, "bf16": bf16, "decode": decode, "kv_cache_memory": memory,
+            "decoding": decoding, "grader": grader_row() if size != "smoke" else None,
             "notes": notes}
 
 

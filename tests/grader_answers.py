@@ -1675,3 +1675,206 @@ NEW_RIGHT = {  # another correct answer per task, in a style unlike the solution
 
 for _task, _answers in NEW_WRONG.items():  # the tests of every wrong answer run over these too
     WRONG[_task] = WRONG[_task] + _answers
+
+# ---------------------------------------------------------------------------- chapter 12
+# Exercise 12 (attnlab/exercises/ch12.py), added with chapter 12 by its author: every answer below is a
+# learner's own function; the grader's reference is only ever called through a learner's copy.
+
+import attnlab.chunked_prefill  # noqa: E402
+import attnlab.paged_cache  # noqa: E402
+import attnlab.speculative  # noqa: E402
+import attnlab.split_kv  # noqa: E402
+import attnlab.tree_speculation  # noqa: E402
+from learner_copies import learner_copy  # noqa: E402
+
+
+def _ch12(task_id):
+    return learner_copy(TASKS[task_id].reference)
+
+
+def _ch12_memo(task_id):
+    reference, kept = _ch12(task_id), {}
+
+    def answer(*args):
+        shape = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else len(a) if isinstance(a, list) else a
+                      for a in args)
+        if shape not in kept:
+            kept[shape] = reference(*args)
+        return kept[shape]
+
+    return answer
+
+
+def _ch12_reseeding(task_id):
+    reference = _ch12(task_id)
+
+    def answer(*args):
+        torch.manual_seed(12)  # "reproducible"
+        return reference(*args)
+
+    return answer
+
+
+def _ch12_float64(task_id):
+    reference = _ch12(task_id)
+
+    def answer(*args):
+        torch.set_default_dtype(torch.float64)  # "for precision", and left so
+        return reference(*args)
+
+    return answer
+
+
+def _chunk_additive(C, cache_len):
+    allowed = torch.ones(C, cache_len + C, dtype=torch.bool).tril(diagonal=cache_len)
+    return torch.zeros(C, cache_len + C).masked_fill(~allowed, float("-inf"))
+
+
+_TRIL128 = torch.ones(128, 128, dtype=torch.bool).tril()
+
+
+def _gather_zeroes_blocks(blocks, block_table, length):
+    keys = blocks[torch.tensor(block_table, device=blocks.device)].transpose(0, 1).flatten(1, 2)[:, :length].clone()
+    blocks.zero_()  # "free the pool" after reading it
+    return keys
+
+
+def _gather_cpu_buffer(blocks, block_table, length):
+    keys = blocks[torch.tensor(block_table, device=blocks.device)].transpose(0, 1).flatten(1, 2)[:, :length]
+    return keys + torch.zeros(keys.shape, dtype=keys.dtype)  # a buffer made without device=
+
+
+def _gather_by_flat_index(blocks, block_table, length):
+    size = blocks.size(2)
+    flat = blocks.transpose(0, 1).reshape(blocks.size(1), -1, blocks.size(3))  # [H, num_blocks * size, d]
+    index = torch.tensor([block_table[p // size] * size + p % size for p in range(length)], dtype=torch.long,
+                         device=blocks.device)
+    return flat[:, index]
+
+
+def _combine_scales_outs(outs, lses):
+    lse = torch.logsumexp(lses, dim=0)
+    out = (torch.exp(lses - lse)[..., None] * outs).sum(dim=0)
+    outs.mul_(0)  # "done with the parts"
+    return out
+
+
+def _combine_cpu_accumulator(outs, lses):
+    weights = torch.softmax(lses, dim=0)
+    out = torch.zeros(outs.shape[1:], dtype=outs.dtype)  # made on the CPU
+    for s in range(outs.size(0)):
+        out = out + weights[s][..., None] * outs[s]
+    return out
+
+
+def _combine_by_max(outs, lses):
+    top = lses.amax(dim=0)
+    weights = torch.exp(lses - top)
+    return (weights[..., None] * outs).sum(dim=0) / weights.sum(dim=0)[..., None]
+
+
+def _tree_additive(parents, cache_len):
+    allowed = _tree_by_sets(parents, cache_len)
+    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+
+
+def _tree_by_sets(parents, cache_len):
+    ancestors = []
+    for i, p in enumerate(parents):
+        ancestors.append({i} | (ancestors[p] if p != -1 else set()))
+    return torch.tensor([[j < cache_len or j - cache_len in ancestors[i] for j in range(cache_len + len(parents))]
+                         for i in range(len(parents))], dtype=torch.bool).reshape(len(parents), cache_len + len(parents))
+
+
+def _tree_by_fixed_point(parents, cache_len):
+    N = len(parents)
+    parent = torch.zeros(N, N, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p != -1:
+            parent[i, p] = True
+    reach = torch.eye(N, dtype=torch.bool)
+    while True:  # add the parents of everything reached so far
+        more = reach | (reach.float() @ parent.float() > 0)
+        if torch.equal(more, reach):
+            break
+        reach = more
+    return torch.cat([torch.ones(N, cache_len, dtype=torch.bool), reach], dim=1)
+
+
+def _accepted_tokens(draft_tokens, target_choices):
+    kept = []
+    for proposed, chosen in zip(draft_tokens, target_choices):
+        if proposed != chosen:
+            break
+        kept.append(proposed)
+    return kept  # the accepted tokens, not how many
+
+
+def _accepted_as_float(draft_tokens, target_choices):
+    count = 0.0
+    for proposed, chosen in zip(draft_tokens, target_choices):
+        if proposed != chosen:
+            break
+        count += 1
+    return count
+
+
+def _accepted_by_for_loop(draft_tokens, target_choices):
+    for i, proposed in enumerate(draft_tokens):
+        if proposed != target_choices[i]:
+            return i
+    return len(draft_tokens)
+
+
+def _accepted_by_early_return(draft_tokens, target_choices):
+    return min([i for i, (a, b) in enumerate(zip(draft_tokens, target_choices)) if a != b] + [len(draft_tokens)])
+
+
+_CH12_WRONG = {
+    "ch12.chunk_mask": [("additive 0/-inf mask", _chunk_additive, "grader.additive_for_bool"),
+                        ("worked example C=2, cache_len=3 hard-coded", lambda C, n: torch.tensor(
+                            [[True, True, True, True, False], [True, True, True, True, True]]), "grader.hardcoded")],
+    "ch12.gather_kv": [("the pool zeroed after reading", _gather_zeroes_blocks, I),
+                       ("a buffer made on the CPU", _gather_cpu_buffer, "grader.device_mix")],
+    "ch12.combine_splits": [("the parts' outputs zeroed in place", _combine_scales_outs, I),
+                            ("an accumulator made on the CPU", _combine_cpu_accumulator, "grader.device_mix")],
+    "ch12.tree_mask": [("additive 0/-inf mask", _tree_additive, "grader.additive_for_bool"),
+                       ("worked example hard-coded", lambda parents, n: torch.tensor(
+                           [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 0, 1, 0], [1, 1, 1, 0, 1]], dtype=torch.bool),
+                        "grader.hardcoded")],
+    "ch12.accepted_length": [("the accepted tokens instead of their number", _accepted_tokens, "grader.value"),
+                             ("a float for an int", _accepted_as_float, "grader.float_for_int")],
+}
+_CH12_NEW_WRONG = {
+    "ch12.chunk_mask": [("a 128 x 128 mask kept and sliced", lambda C, n: _TRIL128[n:n + C, :n + C], "grader.shape"),
+                        ("the course's chunk_mask", lambda C, n: attnlab.chunked_prefill.chunk_mask(C, n), COPY)],
+    "ch12.gather_kv": [("the course's gather_kv", lambda b, t, n: attnlab.paged_cache.gather_kv(b, t, n), COPY),
+                       ("first result kept per shape", _ch12_memo("ch12.gather_kv"), MEMO)],
+    "ch12.combine_splits": [("the course's combine_splits", lambda o, l: attnlab.split_kv.combine_splits(o, l), COPY),
+                            ("reseeds torch", _ch12_reseeding("ch12.combine_splits"), SEED)],
+    "ch12.tree_mask": [("the course's tree_mask", lambda p, n: attnlab.tree_speculation.tree_mask(p, n), COPY),
+                       ("float64 by default", _ch12_float64("ch12.tree_mask"), DTYPE)],
+    "ch12.accepted_length": [("the course's accepted_length", lambda d, c: attnlab.speculative.accepted_length(d, c), COPY),
+                             ("reseeds torch", _ch12_reseeding("ch12.accepted_length"), SEED)],
+}
+RIGHT.update({
+    "ch12.chunk_mask": lambda C, n: (torch.arange(n + C)[None, :] - torch.arange(C)[:, None]) <= n,
+    "ch12.gather_kv": lambda blocks, table, length: torch.cat(
+        list(blocks[torch.as_tensor(table, device=blocks.device)].unbind(0)), dim=1)[:, :length],
+    "ch12.combine_splits": _combine_by_max,
+    "ch12.tree_mask": _tree_by_sets,
+    "ch12.accepted_length": _accepted_by_for_loop,
+})
+NEW_RIGHT.update({
+    "ch12.chunk_mask": [("cumsum of ones along the keys", lambda C, n: torch.ones(C, n + C).cumsum(dim=1)
+                         <= n + 1 + torch.arange(C)[:, None])],
+    "ch12.gather_kv": [("one flat index per position", _gather_by_flat_index)],
+    "ch12.combine_splits": [("log_softmax of the lses as weights", lambda outs, lses: (
+        torch.log_softmax(lses, dim=0).exp()[..., None] * outs).sum(dim=0))],
+    "ch12.tree_mask": [("ancestors until nothing changes", _tree_by_fixed_point)],
+    "ch12.accepted_length": [("the first index that differs", _accepted_by_early_return)],
+})
+NEW_WRONG.update(_CH12_NEW_WRONG)
+for _task in _CH12_WRONG:
+    WRONG[_task] = _CH12_WRONG[_task] + _CH12_NEW_WRONG[_task]
+# end of chapter 12

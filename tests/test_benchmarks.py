@@ -30,6 +30,14 @@ def test_smoke_benchmark_writes_its_three_files(tmp_path):
     memory = result["kv_cache_memory"]
     assert memory["bytes_formula"] == memory["bytes_measured"]
     assert result["machine"]["torch"]
+    decoding = result["decoding"]  # chapter 12
+    peaks = [row["peak_MiB"] for row in decoding["chunked_prefill"]]
+    assert peaks == sorted(peaks, reverse=True) and len(peaks) >= 2  # the peak falls with the chunk size
+    paged = decoding["paged"]
+    assert all(row["bytes"] < paged["contiguous_bytes"] for row in paged["paged"])
+    assert all(row["same_tokens_as_greedy"] for row in decoding["speculative"])
+    assert [row["target_passes"] for row in decoding["speculative"]][0] == decoding["speculative"][0]["new_tokens"]
+    assert "## Speculative decoding" in (tmp_path / "smoke.md").read_text()
 
 
 def test_paired_rounds_alternate_and_give_the_median_of_per_round_ratios():
