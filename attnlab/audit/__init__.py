@@ -44,7 +44,7 @@ The modules, one idea each (every name is imported from here, ``from attnlab.aud
 from __future__ import annotations
 
 from .adapter import (ATOL, IN_PLACE_EMBEDDINGS, PAD, SIDES, Adapter, CopiedEmbedding, NoCache, as_ids, cache_keyword,
-                      output_of, step_mask, tolerance)
+                      no_cache, output_of, step_mask, tolerance)
 from .command_line import main
 from .comparisons import cached_matches, generate_matches, padding_matches, padding_reads
 from .errors import MISSING_PACKAGE, Keyed, LibraryError, one_line, repro_line
@@ -63,7 +63,7 @@ from .verdicts import EXIT_STATUS, KINDS, Verdict, audit_target, verdict_line
 __all__ = [
     # adapter
     "ATOL", "IN_PLACE_EMBEDDINGS", "PAD", "SIDES", "Adapter", "CopiedEmbedding", "NoCache", "as_ids", "cache_keyword",
-    "output_of", "step_mask", "tolerance",
+    "no_cache", "output_of", "step_mask", "tolerance",
     # command_line
     "main",
     # comparisons

@@ -58,6 +58,8 @@ def model_from_config(config, attn_implementation: str = "sdpa", seed: int = 0, 
         model_class = {"Bert": bert, "T5": tf.T5ForConditionalGeneration}.get(name)
     if model_class is None and not _registered_config(config):
         raise ValueError(tr("audit.not_registered", config=type(config).__name__))
+    config = copy.deepcopy(config)  # each model its own: a class that refuses an implementation may have set it on
+    # the config it was given, under a model built before from the same config (Gemma 2: eager, then sdpa)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if model_class is None:

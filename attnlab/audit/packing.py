@@ -56,23 +56,27 @@ class Packing:
     def word(self, lang: str | None = None) -> str:
         return tr(f"audit.packing_{self.kind}", lang=lang)
 
-    def calls(self, test, lang: str | None = None) -> str:
-        """The calls whose rows pass ``test``, each with its implementations, as the reader's language lists
-        them: ``"default call (eager, sdpa); use_cache=False with an all-ones attention_mask (eager, sdpa)"``."""
+    def calls(self, test, lang: str | None = None, implementations: bool = True) -> str:
+        """The calls whose rows pass ``test``, each with its implementations (unless ``implementations`` is
+        False), as the reader's language lists them: ``"default call (eager, sdpa); use_cache=False with an
+        all-ones attention_mask (eager, sdpa)"``."""
         found = {}
         for row in self.rows:
             if test(row):
                 found.setdefault(row.call, []).append(row.implementation)
         sep = tr("audit_page.list_sep", lang=lang)
-        return tr("audit.call_sep", lang=lang).join(tr(f"audit.call_{call}", lang=lang, impls=sep.join(impls))
-                                                     for call, impls in found.items())
+        names = [tr(f"audit.call_{call}", lang=lang) if not implementations else
+                 tr("audit.call_impls", lang=lang, call=tr(f"audit.call_{call}", lang=lang), impls=sep.join(impls))
+                 for call, impls in found.items()]
+        return tr("audit.call_sep", lang=lang).join(names)
 
-    def reason(self, lang: str | None = None) -> str:
-        """Which calls keep the documents apart (what a reader must pass), in one line of the reader's language."""
+    def reason(self, lang: str | None = None, implementations: bool = True) -> str:
+        """Which calls keep the documents apart (what a reader must pass), in one line of the reader's language;
+        ``implementations=False``: without naming the implementations (the page's groups of classes)."""
         if self.reason_key is not None:
             return render(self.reason_key, self.reason_values, lang)
-        ok = self.calls(lambda r: r.isolated, lang)
-        reads = self.calls(lambda r: r.isolated is False and r.reads, lang)
+        ok = self.calls(lambda r: r.isolated, lang, implementations)
+        reads = self.calls(lambda r: r.isolated is False and r.reads, lang, implementations)
         crashed = [row for row in self.rows if row.isolated is None]
         if self.kind == "isolated":
             text = tr("audit.packing_reason_isolated", lang=lang, ok=ok)
@@ -81,12 +85,12 @@ class Packing:
                       ok=ok)
         elif self.kind == "positions":
             text = tr("audit.packing_reason_positions", lang=lang,
-                      shifted=self.calls(lambda r: r.isolated is False and not r.reads, lang))
+                      shifted=self.calls(lambda r: r.isolated is False and not r.reads, lang, implementations))
         else:  # crashes: every call
             return tr("audit.packing_reason_crashes", lang=lang, message=crashed[0].message)
         if crashed:
-            text += tr("audit.packing_also_crashed", lang=lang, calls=self.calls(lambda r: r.isolated is None, lang),
-                       message=crashed[0].message)
+            text += tr("audit.packing_also_crashed", lang=lang,
+                       calls=self.calls(lambda r: r.isolated is None, lang, implementations), message=crashed[0].message)
         return text
 
     def to_dict(self) -> dict:
@@ -207,6 +211,12 @@ def packing_of(rows: list[PackingRow]) -> Packing:
     return Packing(packing_kind(rows), rows)
 
 
+def _could_not_check(error) -> Packing:
+    """The packing check could not run: the library's message in one line (or: no implementation was accepted)."""
+    message = one_line(error) if error is not None else tr("audit.packing_no_model", lang="en")
+    return Packing("could_not_check", [], "audit.packing_reason_could_not_check", {"message": message})
+
+
 def not_applicable(key: str, **values) -> Packing:
     return Packing("not_applicable", [], key, values)
 
@@ -230,6 +240,7 @@ def check_packing(model_or_name, implementations=("eager", "sdpa"), lengths=LENG
         implementations = (implementations,)
     implementations = [check_implementation(impl) for impl in implementations]
     lengths = _lengths(lengths)
+    refused = None
     if isinstance(model_or_name, nn.Module):
         models = {getattr(model_or_name.config, "_attn_implementation", None) or "?": model_or_name}
     else:
@@ -237,17 +248,16 @@ def check_packing(model_or_name, implementations=("eager", "sdpa"), lengths=LENG
         try:
             config, model_class, _ = _subject(model_or_name)
             config, _ = as_decoder(config, model_class)
-            for impl in implementations:
-                if impl not in models:
-                    try:
-                        models[impl] = model_from_config(config, impl, seed, model_class)
-                    except (ValueError, ImportError, NotImplementedError):  # the class refuses this implementation
-                        continue
         except Exception as error:  # noqa: BLE001 - the library could not build it: said, not raised
-            return Packing("could_not_check", [], "audit.packing_reason_could_not_check", {"message": one_line(error)})
-        if not models:
-            return Packing("could_not_check", [], "audit.packing_reason_could_not_check",
-                           {"message": tr("audit.packing_no_model", lang="en")})
+            return _could_not_check(error)
+        for impl in implementations:
+            if impl not in models:
+                try:
+                    models[impl] = model_from_config(config, impl, seed, model_class)
+                except (ValueError, ImportError, NotImplementedError) as error:  # the class refuses it
+                    refused = error
+    if not models:
+        return _could_not_check(refused)
     why = applies(next(iter(models.values())))
     if why is not None:
         return not_applicable(why, name=type(next(iter(models.values()))).__name__)
@@ -255,6 +265,8 @@ def check_packing(model_or_name, implementations=("eager", "sdpa"), lengths=LENG
     for impl, model in models.items():
         try:
             rows += packing_rows(model, impl, lengths, seed, atol)
-        except Exception as error:  # noqa: BLE001 - the document alone did not run: said, not raised
-            return Packing("could_not_check", rows, "audit.packing_reason_could_not_check", {"message": one_line(error)})
+        except Exception as error:  # noqa: BLE001 - the document alone does not run under this implementation
+            refused = error
+    if not rows:
+        return _could_not_check(refused)
     return packing_of(rows)

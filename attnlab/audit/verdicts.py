@@ -165,7 +165,9 @@ def audit_target(target, implementations=IMPLEMENTATIONS, paddings=PADDINGS, T: 
         verdict = _failed(label, error, notes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        verdict.packing = check_packing(subject, implementations, seed=seed, atol=atol, models=models)
+        refused = {values["impl"] for key, values in notes if key == "audit.note_skipped"}  # not tried again
+        verdict.packing = check_packing(subject, [impl for impl in implementations if impl not in refused] or
+                                        implementations, seed=seed, atol=atol, models=models)
     verdict.seconds = time.perf_counter() - start
     return verdict
 
