@@ -13,9 +13,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from attnlab.exercises import all_tasks
+from learner_copies import as_learner, learner_copy, learner_tasks  # noqa: F401
 from attnlab.multihead import merge_heads, split_heads
 
-TASKS = all_tasks()
+TASKS = learner_tasks(all_tasks())  # the grader's answers as a learner would hand them in
 
 
 def _ref(task_id):
@@ -920,9 +921,9 @@ def _saved_bytes_in_bits(B, H, T, d, element_size):
 
 
 def _saved_bytes_rewrite(B, H, T, d, element_size):
-    """Correct: rows first, L's 4 bytes from torch.finfo, a list instead of a tuple."""
+    """Correct: rows first, L's bytes from torch.finfo (float64 for float64 inputs), a list instead of a tuple."""
     rows = B * H * T
-    lse_bytes = torch.finfo(torch.float32).bits // 8
+    lse_bytes = torch.finfo(torch.float64 if element_size == 8 else torch.float32).bits // 8
     return [rows * T * element_size, rows * d * element_size + rows * lse_bytes]
 
 
@@ -1188,9 +1189,9 @@ class _ReseedingModule(_NoOutProj):
 
 
 class _NanoGPTWithBias(torch.nn.Module):
-    """Right: nanoGPT's attention with its registered `bias` buffer (a tril mask of block_size)."""
+    """Right: nanoGPT's attention with its registered `bias` buffer (a tril mask of block_size, GPT-2's 1024)."""
 
-    def __init__(self, d_model, n_heads, block_size=128):
+    def __init__(self, d_model, n_heads, block_size=1024):
         super().__init__()
         self.n_head = n_heads
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
@@ -1505,7 +1506,7 @@ NEW_WRONG = {
     "ch3.attend_new_queries": [("upcast to float32", lambda q, k, v: _ref("ch3.attend_new_queries")(q.float(), k.float(), v.float()),
                                 "grader.dtype"),
                                ("a 64 x 64 mask kept and sliced", lambda q, k, v: F.scaled_dot_product_attention(
-                                   q, k, v, attn_mask=_TRIL64[k.size(-2) - q.size(-2):k.size(-2), :k.size(-2)]), "grader.raised"),
+                                   q, k, v, attn_mask=_TRIL64[k.size(-2) - q.size(-2):k.size(-2), :k.size(-2)]), "grader.raised_at"),
                                ("mask cached per size (lru_cache)", _new_queries_cached_mask, "grader.memoized_device")],
     "ch3.tile_kinds": [("the course's tile_map", lambda T, b: attnlab.blocked.tile_map(T, b), COPY),
                        ("reseeds torch", _reseeding("ch3.tile_kinds"), SEED)],
@@ -1576,7 +1577,7 @@ NEW_WRONG = {
                            M + "ch10.leaky_models.writes_token_0"),
                           ("only t = s - 1 compared", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, rows="previous"),
                            M + "ch10.leaky_models.adjacent_only"),
-                          ("% V forgotten", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, mod=False), "grader.raised"),
+                          ("% V forgotten", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, atol, mod=False), "grader.raised_at"),
                           ("atol ignored", lambda ms, ids, atol=1e-5: _lineup_loop(ms, ids, 1e-5), M + "ch10.leaky_models.atol_ignored"),
                           ("allclose with its default rtol", _lineup_allclose_default, M + "ch10.leaky_models.default_rtol")],
     "ch11.score_grad": [("first result kept per shape", _memo_by_shape("ch11.score_grad"), MEMO),
@@ -1665,9 +1666,9 @@ NEW_RIGHT = {  # another correct answer per task, in a style unlike the solution
     "ch11.score_grad": [("autograd through softmax", _score_grad_autograd), ("float32 result", _score_grad_float32)],
     "ch11.tile_backward": [("torch.autograd.grad in the tile", _tile_autograd)],
     "ch11.saved_bytes": [("nbytes of meta tensors", lambda B, H, T, d, s: (
-        torch.empty(B, H, T, T, dtype={2: torch.float16, 4: torch.float32}[s], device="meta").nbytes,
-        torch.empty(B, H, T, d, dtype={2: torch.float16, 4: torch.float32}[s], device="meta").nbytes
-        + torch.empty(B, H, T, device="meta").nbytes))],
+        torch.empty(B, H, T, T, dtype={2: torch.float16, 4: torch.float32, 8: torch.float64}[s], device="meta").nbytes,
+        torch.empty(B, H, T, d, dtype={2: torch.float16, 4: torch.float32, 8: torch.float64}[s], device="meta").nbytes
+        + torch.empty(B, H, T, dtype=torch.float64 if s == 8 else torch.float32, device="meta").nbytes))],
     "ch11.backward_flops": [("five products per tile, summed by rows", lambda T, b, d: 5 * 2 * d * sum(
         (min(i0 + b, T) - i0) * min(i0 + b, T) for i0 in range(0, T, b)))],
 }
@@ -1685,7 +1686,6 @@ import attnlab.paged_cache  # noqa: E402
 import attnlab.speculative  # noqa: E402
 import attnlab.split_kv  # noqa: E402
 import attnlab.tree_speculation  # noqa: E402
-from learner_copies import learner_copy  # noqa: E402
 
 
 def _ch12(task_id):
@@ -1878,3 +1878,699 @@ NEW_WRONG.update(_CH12_NEW_WRONG)
 for _task in _CH12_WRONG:
     WRONG[_task] = _CH12_WRONG[_task] + _CH12_NEW_WRONG[_task]
 # end of chapter 12
+
+
+# --------------------------------------------------------------------------
+# Exercise 10, task 3 (issue 50): cached against uncached logits
+
+import attnlab.audit.comparisons  # noqa: E402
+from attnlab.causality import eval_mode  # noqa: E402
+
+
+def _cache_left_in_eval(models, ids, atol=1e-5):
+    """Right flags, but every model handed back in eval mode (the training one too)."""
+    flags = []
+    for model in models:
+        model.eval()
+        with torch.no_grad():
+            full = model(input_ids=ids).logits
+            out = model(input_ids=ids[:, :1], use_cache=True)
+            pieces, past = [out.logits], out.past_key_values
+            for t in range(1, ids.size(1)):
+                out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                pieces.append(out.logits)
+                past = out.past_key_values
+        flags.append(bool(((torch.cat(pieces, 1) - full).abs() > atol).any()))
+    return flags
+
+
+def _cache_whole_prompt_then_last(models, ids, atol=1e-5):
+    """Wrong: every token but the last as one prefill, one cached step; only the last position compared."""
+    flags = []
+    for model in models:
+        with eval_mode(model), torch.no_grad():
+            full = model(input_ids=ids).logits[:, -1]
+            past = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
+            last = model(input_ids=ids[:, -1:], past_key_values=past, use_cache=True).logits[:, -1]
+        flags.append(bool(((last - full).abs() > atol).any()))
+    return flags
+
+
+def _cache_rewrite(models, ids, atol=1e-5):
+    """Correct, another style: a prefill of two tokens, then a while loop; rows compared with torch.allclose."""
+    result = []
+    for model in models:
+        with eval_mode(model), torch.no_grad():
+            reference = model(input_ids=ids, use_cache=False).logits[0]  # [T, V]
+            n = min(2, ids.shape[1])
+            step = model(input_ids=ids[:, :n], use_cache=True)
+            rows, cache = list(step.logits[0]), step.past_key_values
+            while n < ids.shape[1]:
+                step = model(input_ids=ids[:, n:n + 1], past_key_values=cache, use_cache=True)
+                rows.append(step.logits[0, 0])
+                cache, n = step.past_key_values, n + 1
+        result.append(not all(torch.allclose(r, e, rtol=0.0, atol=atol) for r, e in zip(rows, reference)))
+    return result
+
+
+def _cache_stacked_steps(models, ids, atol=1e-5):
+    """Correct: the cache carried in a dict, the steps' logits stacked, one max over everything."""
+    flags = []
+    for model in models:
+        state = {"past": None}
+        with eval_mode(model), torch.no_grad():
+            one_pass = model(input_ids=ids).logits
+
+            def step(token):
+                out = model(input_ids=token, past_key_values=state["past"], use_cache=True)
+                state["past"] = out.past_key_values
+                return out.logits[:, -1]
+
+            stepped = torch.stack([step(ids[:, t:t + 1]) for t in range(ids.shape[-1])], dim=1)
+        flags.append(float((stepped - one_pass).abs().max()) > atol)
+    return flags
+
+
+WRONG["ch10.cache_differs"] = [("ids edited in place", edits_input("ch10.cache_differs"), I),
+                               ("every model handed back in eval mode", _cache_left_in_eval, "grader.left_in_eval")]
+RIGHT["ch10.cache_differs"] = _cache_rewrite
+NEW_WRONG["ch10.cache_differs"] = [
+    ("one prefill of T - 1 tokens, only the last position compared", _cache_whole_prompt_then_last, None),
+    ("the course's cached_matches", lambda models, ids, atol=1e-5: [
+        not attnlab.audit.comparisons.cached_matches(m, ids, atol=atol) for m in models], COPY)]
+NEW_RIGHT["ch10.cache_differs"] = [("the steps stacked, one max over everything", _cache_stacked_steps)]
+
+
+# --------------------------------------------------------------------------
+# Issue 50: wrong answers in the classes of the third learner set, each one right on the task's cases
+# (the grader before issue 50 gave every one of them full marks or missed its mistake) and wrong on the
+# task's contract: ISSUE50_WRONG[task] = [(class, what, answer, key the grader must name or None)].
+# The classes: 1 state across calls, aliasing; 2 sizes and dtypes; 3 the course's copies and cheats;
+# 4 numerics; 5 autograd cut; 6 edges; 7 side effects; 8 randomness; 9 layout.
+
+import functools  # noqa: E402
+import importlib  # noqa: E402
+import threading  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+CHANGED = "grader.output_changed"
+KEPT = "grader.keeps_state"
+NOGRAD = "grader.no_grad"
+FLOAT = "grader.float_for_int"
+
+
+def _buffer_per_shape(task_id):
+    """1: the result copied into one buffer per shape and that buffer returned: the next call of the same shape
+    overwrites what the caller holds."""
+    reference, buffers = _ref(task_id), {}
+
+    def keep(n, t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        buffer = buffers.setdefault((n, tuple(t.shape), t.dtype, t.device), torch.empty_like(t))
+        with torch.no_grad():
+            buffer.copy_(t)
+        return buffer
+
+    def answer(*args, **kwargs):
+        out = reference(*args, **kwargs)
+        return keep(0, out) if isinstance(out, torch.Tensor) else type(out)(keep(n, t) for n, t in enumerate(out))
+
+    return answer
+
+
+def _memo_on(task_id, *slots):
+    """1: results kept under the arguments at ``slots`` only ("T decides the answer")."""
+    reference, memo = _ref(task_id), {}
+
+    def answer(*args, **kwargs):
+        key = tuple(args[i] for i in slots)
+        if key not in memo:
+            memo[key] = reference(*args, **kwargs)
+        return memo[key]
+
+    return answer
+
+
+def _detached(task_id):
+    """5: the answer computed on ``.detach()``-ed inputs "to save memory": right values, no gradient."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        return reference(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+
+    return answer
+
+
+def _no_grad_decorated(task_id):
+    """5: ``@torch.no_grad()`` on the whole function ("inference only")."""
+    return torch.no_grad()(_ref(task_id))
+
+
+def _in_a_thread(fn):
+    """3: the grader's (or the course's) function run in a worker thread."""
+    pool = ThreadPoolExecutor(1)
+    return lambda *args, **kwargs: pool.submit(fn, *args, **kwargs).result()
+
+
+def _dynamic(module, name):
+    """3: the course's function reached by importlib inside the call."""
+    return lambda *args, **kwargs: getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+
+def _profiled(fn):
+    return lambda *args, **kwargs: __import__("cProfile").Profile().runcall(fn, *args, **kwargs)
+
+
+def _default_device_meta(task_id):
+    """7: torch.set_default_device("meta") left on after the answer is computed."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        out = reference(*args, **kwargs)
+        torch.set_default_device("meta")
+        return out
+
+    return answer
+
+
+def _grad_mode_off(task_id):
+    """7: torch.set_grad_enabled(False) "for speed", never switched back."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        torch.set_grad_enabled(False)
+        return reference(*args, **kwargs)
+
+    return answer
+
+
+def _one_thread(task_id):
+    """7: torch.set_num_threads(4) inside the function."""
+    reference = _ref(task_id)
+
+    def answer(*args, **kwargs):
+        torch.set_num_threads(4)
+        return reference(*args, **kwargs)
+
+    return answer
+
+
+def _contiguous_strided(x):
+    """9: ``x`` read with the strides of a contiguous tensor of its shape (as_strided assumes its layout)."""
+    strides = [1] * x.dim()
+    for i in range(x.dim() - 2, -1, -1):
+        strides[i] = strides[i + 1] * x.shape[i + 1]
+    return x.as_strided(x.shape, strides, x.storage_offset())
+
+
+def _strided_inputs(task_id):
+    reference = _ref(task_id)
+    return lambda *args, **kwargs: reference(*[_contiguous_strided(a) if isinstance(a, torch.Tensor) else a
+                                                for a in args], **kwargs)
+
+
+# --- exercise 1
+def _causal_mask_kept_256(T, _kept=torch.ones(256, 256, dtype=torch.bool).tril()):  # noqa: B008
+    return _kept[:T, :T]  # 2: a mask of 256 kept and sliced
+
+
+_additive = {}
+
+
+def _softmax_additive_by_shape(scores, allowed):
+    """1 (round 2): the additive mask built once per shape, then reused for every mask of that shape."""
+    if allowed.shape not in _additive:
+        _additive[allowed.shape] = torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, float("-inf"))
+    return (scores + _additive[allowed.shape].to(scores.dtype)).softmax(dim=-1)
+
+
+def _softmax_fp16_fallback(scores, allowed):
+    """4: masked_fill(-1e9) raises on float16; the error is caught and an unmasked softmax returned."""
+    try:
+        return scores.masked_fill(~allowed, -1e9).softmax(dim=-1)
+    except RuntimeError:
+        return scores.softmax(dim=-1)
+
+
+def _softmax_minus_30(scores, allowed):
+    """4: "masking" by subtracting 30 from the blocked scores."""
+    return (scores - 30.0 * (~allowed)).softmax(dim=-1)
+
+
+def _convert_same_is_identity(mask, source, target, dtype=torch.float32):
+    """6: source == target returns the mask as it is, whatever dtype= asks."""
+    return mask if source == target else _ref("ch1.convert_mask")(mask, source, target, dtype)
+
+
+# --- exercise 3
+def _dropout_keep_p(q, k, v, dropout_p, training):
+    """8: keeps each weight with probability p (not 1 - p), rescaled by 1/p: exact at p = 0.5 only."""
+    T = q.size(-2)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(
+        torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf")).softmax(dim=-1)
+    if training and dropout_p > 0:
+        weights = weights * (torch.rand_like(weights) < dropout_p) / dropout_p
+    return weights @ v
+
+
+def _dropout_over_p(q, k, v, dropout_p, training):
+    """8: the right keep probability, but rescaled by 1/p instead of 1/(1 - p)."""
+    T = q.size(-2)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(
+        torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf")).softmax(dim=-1)
+    if training and dropout_p > 0:
+        weights = weights * (torch.rand_like(weights) >= dropout_p) / dropout_p
+    return weights @ v
+
+
+def _new_queries_float_mask(q, k, v):
+    """2: a float32 additive mask handed to SDPA with float64 inputs (SDPA adds it wrongly)."""
+    T_q, T_kv = q.size(-2), k.size(-2)
+    bias = torch.zeros(T_q, T_kv, device=q.device).masked_fill(
+        torch.ones(T_q, T_kv, dtype=torch.bool, device=q.device).triu(T_kv - T_q + 1), float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def _flops_int32(T, block, d):
+    """2: counted in an int32 tensor: wraps past 2**31 at a long context."""
+    total = torch.zeros((), dtype=torch.int32)
+    for q0 in range(0, T, block):
+        q1 = min(q0 + block, T)
+        for k0 in range(0, q1, block):
+            total += 2 * (q1 - q0) * (min(k0 + block, T) - k0) * d
+    return int(total)
+
+
+def _flops_float(T, block, d):
+    """2: FLOPs as a float (a true division by the block)."""
+    n = math.ceil(T / block)
+    return float(sum(2 * (min((i + 1) * block, T) - i * block) * min((i + 1) * block, T) * d for i in range(n)))
+
+
+# --- exercise 4
+def _targets_int16(windows):
+    """2: the ids squeezed into int16 "to save memory": token ids past 32767 wrap."""
+    small = windows.to(torch.int16)
+    return small[:, :-1].to(windows.dtype), small[:, 1:].to(windows.dtype)
+
+
+def _loss_item(logits, targets):
+    """5: the loss rebuilt from .item()."""
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return torch.tensor(loss.item(), dtype=logits.dtype, device=logits.device)
+
+
+def _generate_no_new(model, prompt, n_new):
+    """6: the sequence is first made inside the loop: n_new = 0 fails."""
+    for _ in range(n_new):
+        idx = prompt if _ == 0 else idx  # noqa: F821 - the mistake
+        logits = model(idx[:, -model.config.block_size:])[0]
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
+def _block_data(block, x):
+    """5: the attention computed on x.data: no gradient through it."""
+    attn = block.attn
+    h = block.norm_1(x.data)
+    q, k, v = (split_heads(p(h), attn.n_head) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + attn.out_proj(merge_heads(out))
+    return x + block.mlp(block.norm_2(x))
+
+
+# --- exercise 5
+def _prefix_dropout_zeroed(model, idx, atol=1e-4):
+    """7: dropout switched off by setting p = 0 on the caller's model instead of eval mode."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return _ref("ch5.prefix_leaks")(model, idx, atol)
+
+
+def _cut_dropout_eval(model, idx, atol=1e-4):
+    """7: model.eval() first "as the task says", and the model left in eval mode."""
+    model.eval()
+    return _ref("ch5.cut_leaks")(model, idx, atol)
+
+
+# --- exercise 6
+def _bytes_int32(config, batch_size, seq_len, dtype):
+    """2: the product in an int32 tensor: wraps past 2**31 for a real model."""
+    n = torch.tensor(2 * config.n_layer, dtype=torch.int32) * batch_size * config.kv_heads * config.head_dim * seq_len
+    return int(n * (torch.finfo(dtype).bits // 8))
+
+
+def _bytes_float(config, batch_size, seq_len, dtype):
+    """learner point: bits / 8 gives a float."""
+    return 2 * config.n_layer * batch_size * config.kv_heads * config.head_dim * seq_len * torch.finfo(dtype).bits / 8
+
+
+def _decode_mask_int8(T_q, T_kv):
+    """2: positions in int8: wrong past 127."""
+    i = torch.arange(T_kv - T_q, T_kv, dtype=torch.int8)[:, None]
+    return torch.arange(T_kv, dtype=torch.int8)[None, :] <= i
+
+
+# --- exercise 7
+def _prefix_uint8(T, prefix):
+    """2: positions in uint8: wrong past 255."""
+    i, j = torch.arange(T, dtype=torch.uint8)[:, None], torch.arange(T, dtype=torch.uint8)[None, :]
+    return (j <= i) | (j < prefix)
+
+
+def _bert_initial_seed(ids, mask_id, vocab_size, generator):
+    """8: its own generator made from the given one's initial seed: every call (every epoch) masks alike."""
+    return _ref("ch7.bert_corrupt")(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(
+        generator.initial_seed()))
+
+
+def _bert_from_batch(ids, mask_id, vocab_size, generator):
+    """8: the random replacements are tokens of the batch."""
+    inputs, labels = _ref("ch7.bert_corrupt")(ids, mask_id, vocab_size, generator)
+    randomized = (labels != -100) & (inputs != mask_id) & (inputs != ids)
+    flat = ids.flatten()
+    picks = flat[torch.randint(flat.numel(), ids.shape, generator=generator, device=ids.device)]
+    return torch.where(randomized, picks, inputs), labels
+
+
+def _mlm_new_leaf(logits, labels):
+    """5: a new tensor that requires grad, made from the loss's value."""
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    return torch.tensor(loss.item(), dtype=logits.dtype, requires_grad=True, device=logits.device)
+
+
+# --- exercise 8
+def _padded_argmax_start(keep):
+    """6: the first real token found with argmax: a row of padding only counts as all real."""
+    B, T = keep.shape
+    start = keep.long().argmax(dim=-1)  # 0 when the row has no real token
+    key_real = torch.arange(T, device=keep.device)[None, :] >= start[:, None]
+    return torch.ones(T, T, dtype=torch.bool, device=keep.device).tril()[None, None] & key_real[:, None, None, :]
+
+
+_documents = {}
+
+
+def _document_by_shape(document_ids):
+    """1 (round 2): the mask of the first batch of each shape reused."""
+    if document_ids.shape not in _documents:
+        _documents[document_ids.shape] = _ref("ch8.document_mask")(document_ids)
+    return _documents[document_ids.shape]
+
+
+def _document_int16(document_ids):
+    """2: document ids squeezed into int16: ids past 32767 wrap, and two documents may merge."""
+    return _ref("ch8.document_mask")(document_ids.to(torch.int16))
+
+
+def _window_int8(T, W):
+    i, j = torch.arange(T, dtype=torch.int8)[:, None], torch.arange(T, dtype=torch.int8)[None, :]
+    return (j <= i) & (i - j < W)  # 2: int8 positions wrap past 127
+
+
+def _gqa_aten(q, k, v):
+    """3: SDPA through torch.ops.aten with enable_gqa (the task says to repeat the heads yourself)."""
+    return torch.ops.aten.scaled_dot_product_attention(q, k, v, None, 0.0, True, enable_gqa=True)
+
+
+def _gqa_minus_30(q, k, v):
+    """4: the future "masked" by subtracting 30 from its scores."""
+    G, T = q.size(1) // k.size(1), q.size(-2)
+    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)
+    future = torch.ones(T, T, device=q.device).triu(1)
+    return ((q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1)) - 30 * future).softmax(dim=-1) @ v
+
+
+def _rope_float32_mask(q_new, k_new, v_new, k_cache, v_cache):
+    """2: the causal part as a float32 additive mask whatever the inputs' dtype (SDPA then adds it wrongly)."""
+    from attnlab.rope import apply_rope
+
+    t, T_new = k_cache.size(2), q_new.size(2)
+    positions = torch.arange(t, t + T_new, device=q_new.device)
+    keys = torch.cat([k_cache, apply_rope(k_new, positions)], dim=2)
+    values = torch.cat([v_cache, v_new], dim=2)
+    bias = torch.zeros(T_new, t + T_new, device=q_new.device).masked_fill(
+        torch.ones(T_new, t + T_new, dtype=torch.bool, device=q_new.device).triu(t + 1), float("-inf"))
+    return F.scaled_dot_product_attention(apply_rope(q_new, positions), keys, values, attn_mask=bias), keys, values
+
+
+# --- exercise 9
+def _shard_int16(T, P, layout):
+    """2: positions in int16: wrong past 32767 (a long context)."""
+    positions = _ref("ch9.shard_positions")(T, P, layout)
+    return positions.to(torch.int16)
+
+
+def _tiles_floats(T, P, layout, block):
+    """learner point: counts as floats (a mean over ... times the count)."""
+    return [[float(n) for n in row] for row in _ref("ch9.tiles_per_step")(T, P, layout, block)]
+
+
+def _fold_row_max(m, l, acc, scores, v):
+    """6: the block's own maximum subtracted first: a fully masked block row gives NaN."""
+    block_max = scores.amax(dim=-1, keepdim=True)
+    p = torch.exp(scores - block_max)  # NaN where every score of the row is -inf
+    m_new = torch.maximum(m, block_max[..., 0])
+    scale_new = torch.exp(block_max[..., 0] - m_new)
+    correction = torch.exp(m - m_new)
+    return m_new, l * correction + p.sum(dim=-1) * scale_new, acc * correction[..., None] + (p @ v) * scale_new[..., None]
+
+
+# --- exercise 10
+def _padded_by_nonzero(model, ids, pad):
+    """round 2: the padding found by ids != 0: a real token with id 0 is masked too."""
+    B, T = ids.shape
+    full = torch.cat([torch.zeros(B, pad, dtype=ids.dtype), ids], dim=1)
+    with eval_mode(model):
+        return model(input_ids=full, attention_mask=(full != 0).long()).logits[:, pad:]
+
+
+def _padded_dropout_zeroed(model, ids, pad):
+    """7: dropout switched off by p = 0 on the caller's model."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return _ref("ch10.padded_logits")(model, ids, pad)
+
+
+def _leaky_mean(models, ids, atol=1e-5):
+    """4: the change averaged over the vocabulary."""
+    T, flags = ids.size(1), []
+    for model in models:
+        changed = ids.repeat(T, 1)
+        changed[torch.arange(T), torch.arange(T)] = (ids[0] + 1) % model.config.vocab_size
+        with eval_mode(model), torch.no_grad():
+            change = (model(input_ids=changed).logits - model(input_ids=ids).logits).abs().mean(dim=-1)
+        flags.append(bool((change[torch.ones(T, T, dtype=torch.bool).tril(-1)] > atol).any()))
+    return flags
+
+
+def _leaky_pops(models, ids, atol=1e-5):
+    """7: the caller's list emptied while reading it."""
+    flags = []
+    while models:
+        flags += _ref("ch10.leaky_models")([models.pop(0)], ids, atol)
+    return flags
+
+
+def _cache_mean(models, ids, atol=1e-5):
+    """4: the difference averaged over the vocabulary."""
+    flags = []
+    for model in models:
+        with eval_mode(model), torch.no_grad():
+            full = model(input_ids=ids).logits
+            past, steps = None, []
+            for t in range(ids.size(1)):
+                out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                steps.append(out.logits)
+                past = out.past_key_values
+        flags.append(bool(((torch.cat(steps, 1) - full).abs().mean(dim=-1) > atol).any()))
+    return flags
+
+
+# --- exercise 11
+def _tile_square_blocked(q, k, v, d_out, lse, D, blocked):
+    """round 2: on a diagonal tile, blocked rebuilt as the strict upper triangle of a square tile."""
+    if blocked.any():
+        blocked = torch.ones(q.size(0), k.size(0), dtype=torch.bool, device=q.device).triu(1)
+    return _ref("ch11.tile_backward")(q, k, v, d_out, lse, D, blocked)
+
+
+def _saved_bytes_int32(B, H, T, d, element_size):
+    """2: the counts in int32 tensors: wrap past 2**31."""
+    n = torch.tensor(B, dtype=torch.int32) * H * T
+    return int(n * T * element_size), int(n * d * element_size + n * 4)
+
+
+def _saved_bytes_float(B, H, T, d, element_size):
+    """learner point: the logsumexp's bytes as element_size * 4 / element_size ... a float."""
+    return float(B * H * T * T * element_size), float(B * H * T * d * element_size + B * H * T * 4)
+
+
+def _backward_flops_course(T, block, d):
+    """3 (learner point): the course's blocked_backward counts the FLOPs."""
+    q = torch.zeros(1, 1, T, d)
+    counts = attnlab.blocked_backward.blocked_backward(q, q, q, q, torch.zeros(1, 1, T), q, block)[3]
+    return counts.matmul_flops
+
+
+class _DetachedMHA(_ref("ch2.mha_forward")):
+    def forward(self, x):  # 5: "the input needs no gradient here"
+        return super().forward(x.detach())
+
+
+class _ThreadsMHA(_ref("ch2.mha_forward")):
+    def forward(self, x):  # 7
+        torch.set_num_threads(4)
+        return super().forward(x)
+
+
+class _RescalingMHA(_ref("ch2.mha_forward")):
+    def forward(self, x):
+        """1: the scale folded into the query weights on every forward: right once, wrong from the second call."""
+        with torch.no_grad():
+            self.q_proj.weight.mul_((x.size(-1) // self.n_heads) ** -0.5)
+        q, k, v = self.heads(x)
+        return self.out_proj(merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)))
+
+
+class _NanoGPT128(_NanoGPTWithBias):
+    def __init__(self, d_model, n_heads):  # 2: a mask of 128 positions registered: longer inputs fail
+        super().__init__(d_model, n_heads, block_size=128)
+
+
+KEPT_ANY = ("grader.memoized_case", "grader.memoized_input", "grader.memoized", "grader.keeps_state", CHANGED,
+            "grader.depends_on_calls", "grader.memoized_device", "grader.hardcoded")
+ISSUE50_WRONG = {
+    "ch1.causal_mask": [(2, "a 256 x 256 mask kept and sliced", _causal_mask_kept_256, "grader.shape"),
+                        (7, "default device left on meta", _default_device_meta("ch1.causal_mask"),
+                         "grader.changed_default_device")],
+    "ch1.masked_softmax": [(1, "the additive mask built once per shape (round 2)", _softmax_additive_by_shape, KEPT_ANY),
+                           (4, "float16's error caught, an unmasked softmax instead", _softmax_fp16_fallback, None),
+                           (4, "masked by subtracting 30", _softmax_minus_30, None),
+                           (5, "computed on detached scores", _detached("ch1.masked_softmax"), NOGRAD)],
+    "ch1.future_weight": [(1, "one output buffer per shape", _buffer_per_shape("ch1.future_weight"), CHANGED),
+                          (9, "as_strided assumes a contiguous input", _strided_inputs("ch1.future_weight"), None)],
+    "ch1.convert_mask": [(6, "source == target returned as it is, dtype= ignored", _convert_same_is_identity, "grader.dtype"),
+                         (3, "the course's additive_mask in a worker thread", _in_a_thread(
+                             lambda mask, source, target, dtype=torch.float32: attnlab.masks.additive_mask(
+                                 _ref("ch1.convert_mask")(mask, source, "sdpa"), dtype) if target == "additive"
+                             else _ref("ch1.convert_mask")(mask, source, target, dtype)), COPY)],
+    "ch2.split_heads": [(9, "as_strided assumes a contiguous input", _strided_inputs("ch2.split_heads"), None),
+                        (5, "@torch.no_grad()", _no_grad_decorated("ch2.split_heads"), NOGRAD)],
+    "ch2.merge_heads": [(1, "one output buffer per shape", _buffer_per_shape("ch2.merge_heads"), CHANGED),
+                        (3, "the course's merge_heads, imported inside the call", _dynamic("attnlab.multihead", "merge_heads"),
+                         COPY)],
+    "ch2.mha_forward": [(5, "x detached before the projections", _DetachedMHA, NOGRAD),
+                        (7, "torch.set_num_threads(4) in forward", _ThreadsMHA, "grader.changed_threads"),
+                        (1, "the scale folded into the weights on every forward", _RescalingMHA, "grader.depends_on_calls"),
+                        (2, "nanoGPT's mask buffer of 128 positions", _NanoGPT128, None)],
+    "ch3.attention_forward": [(8, "keeps a weight with probability p, not 1 - p", _dropout_keep_p, None),
+                              (8, "rescaled by 1/p instead of 1/(1 - p)", _dropout_over_p, None)],
+    "ch3.attend_new_queries": [(2, "a float32 additive mask with float64 inputs", _new_queries_float_mask, None),
+                               (5, "@torch.no_grad()", _no_grad_decorated("ch3.attend_new_queries"), NOGRAD)],
+    "ch3.tile_kinds": [(1, "kept per T, block left out", _memo_on("ch3.tile_kinds", 0), KEPT_ANY),
+                       (3, "the course's tile_map under cProfile", _profiled(
+                           lambda T, b: attnlab.blocked.tile_map(T, b)), COPY)],
+    "ch3.score_flops": [(2, "counted in an int32 tensor", _flops_int32, None),
+                        (2, "a float count", _flops_float, FLOAT)],
+    "ch4.shifted_targets": [(2, "ids squeezed into int16", _targets_int16, None),
+                            (1, "one output buffer per shape", _buffer_per_shape("ch4.shifted_targets"), CHANGED)],
+    "ch4.next_token_loss": [(5, "the loss rebuilt from .item()", _loss_item, NOGRAD),
+                            (7, "grad mode switched off for good", _grad_mode_off("ch4.next_token_loss"),
+                             "grader.changed_grad_mode")],
+    "ch4.greedy_generate": [(6, "n_new = 0 fails", _generate_no_new, None),
+                            (7, "default device left on meta", _default_device_meta("ch4.greedy_generate"),
+                             "grader.changed_default_device")],
+    "ch4.causal_block": [(5, "the attention on x.data", _block_data, "grader.wrong_grad"),
+                         (1, "one output buffer per shape", _buffer_per_shape("ch4.causal_block"), None)],
+    "ch5.prefix_leaks": [(7, "dropout p set to 0 on the caller's model", _prefix_dropout_zeroed,
+                          "grader.changed_model_attribute"),
+                         (3, "the course's dependence_map in a worker thread", _in_a_thread(
+                             lambda model, idx, atol=1e-4: (attnlab.causality.dependence_map(model.eval(), idx) > atol)
+                             .triu(diagonal=1)), COPY)],
+    "ch5.cut_leaks": [(7, "model.eval() and left so", _cut_dropout_eval, "grader.left_in_eval"),
+                      (3, "the course's cut_map imported inside the call", lambda model, idx, atol=1e-4: (
+                          _dynamic("attnlab.causality", "cut_map")(model.eval(), idx) > atol), COPY)],
+    "ch6.decode_step": [(1, "one output buffer per shape", _buffer_per_shape("ch6.decode_step"), None),
+                        (7, "grad mode switched off for good", _grad_mode_off("ch6.decode_step"), "grader.changed_grad_mode")],
+    "ch6.decode_mask": [(2, "positions in int8", _decode_mask_int8, None),
+                        (1, "kept per T_kv, T_q left out", _memo_on("ch6.decode_mask", 1), KEPT_ANY)],
+    "ch6.kv_cache_bytes": [(2, "the product in an int32 tensor", _bytes_int32, None),
+                           (2, "bits / 8: a float", _bytes_float, FLOAT)],
+    "ch7.prefix_lm_mask": [(2, "positions in uint8", _prefix_uint8, None),
+                           (1, "kept per T, prefix left out", _memo_on("ch7.prefix_lm_mask", 0), KEPT_ANY)],
+    "ch7.encoder_decoder_masks": [(1, "kept per T_enc, T_dec left out", _memo_on("ch7.encoder_decoder_masks", 0), KEPT_ANY),
+                                  (7, "torch.set_num_threads(4)", _one_thread("ch7.encoder_decoder_masks"),
+                                   "grader.changed_threads")],
+    "ch7.bert_corrupt": [(8, "a generator made from the given one's initial seed", _bert_initial_seed,
+                          "grader.ch7.bert_corrupt.same_each_call"),
+                         (8, "random tokens drawn from the batch", _bert_from_batch,
+                          M + "ch7.bert_corrupt.random_from_batch")],
+    "ch7.mlm_loss": [(5, "a new leaf from the loss's value", _mlm_new_leaf, NOGRAD),
+                     (1, "one output buffer per shape", _buffer_per_shape("ch7.mlm_loss"), None)],
+    "ch8.padded_causal_mask": [(6, "argmax finds the first real token", _padded_argmax_start, None),
+                               (1, "kept per shape", _memo_by_shape("ch8.padded_causal_mask"), KEPT_ANY)],
+    "ch8.document_mask": [(1, "the mask kept per shape (round 2)", _document_by_shape, KEPT_ANY),
+                          (9, "as_strided assumes a contiguous input", _strided_inputs("ch8.document_mask"), None)],
+    "ch8.sliding_window_mask": [(2, "positions in int8", _window_int8, None),
+                                (1, "kept per T, W left out", _memo_on("ch8.sliding_window_mask", 0), KEPT_ANY)],
+    "ch8.gqa_attention": [(3, "torch.ops.aten with enable_gqa", _gqa_aten, "grader.forbidden.ch8.gqa_attention.enable_gqa"),
+                          (4, "the future masked by subtracting 30", _gqa_minus_30, None)],
+    "ch8.rope_decode_step": [(2, "a float32 mask with float64 inputs", _rope_float32_mask, None),
+                             (1, "one output buffer per shape", _buffer_per_shape("ch8.rope_decode_step"), None)],
+    "ch9.shard_positions": [(2, "positions in int16", _shard_int16, None),
+                            (1, "kept per (T, P), layout left out", _memo_on("ch9.shard_positions", 0, 1), KEPT_ANY)],
+    "ch9.tiles_per_step": [(2, "counts as floats", _tiles_floats, FLOAT),
+                           (1, "kept per (T, P), block left out", _memo_on("ch9.tiles_per_step", 0, 1, 2), KEPT_ANY)],
+    "ch9.fold_block": [(6, "the block's own maximum first: NaN for a fully masked row", _fold_row_max, None),
+                       (1, "one output buffer per shape", _buffer_per_shape("ch9.fold_block"), None)],
+    "ch10.padded_logits": [(6, "padding found by ids != 0 (round 2)", _padded_by_nonzero, None),
+                           (7, "dropout p set to 0 on the caller's model", _padded_dropout_zeroed,
+                            "grader.changed_model_attribute")],
+    "ch10.leaky_models": [(4, "the change averaged over the vocabulary", _leaky_mean, M + "ch10.leaky_models.mean_over_vocab"),
+                          (7, "the caller's list emptied", _leaky_pops, I)],
+    "ch10.cache_differs": [(4, "the difference averaged over the vocabulary", _cache_mean,
+                            M + "ch10.cache_differs.mean_over_vocab"),
+                           (3, "the course's cached_matches in a worker thread", _in_a_thread(
+                               lambda models, ids, atol=1e-5: [not attnlab.audit.comparisons.cached_matches(m, ids, atol=atol)
+                                                               for m in models]), COPY)],
+    "ch11.score_grad": [(9, "as_strided assumes a contiguous input", _strided_inputs("ch11.score_grad"), None),
+                        (1, "one output buffer per shape", _buffer_per_shape("ch11.score_grad"), CHANGED)],
+    "ch11.tile_backward": [(6, "blocked rebuilt as a square triangle (round 2)", _tile_square_blocked, None),
+                           (9, "as_strided assumes a contiguous input", _strided_inputs("ch11.tile_backward"), None)],
+    "ch11.saved_bytes": [(2, "counts in int32 tensors", _saved_bytes_int32, None),
+                         (2, "the byte counts as floats", _saved_bytes_float, FLOAT)],
+    "ch11.backward_flops": [(3, "the course's blocked_backward counts them", _backward_flops_course, COPY),
+                            (1, "kept per T, block and d left out", _memo_on("ch11.backward_flops", 0), KEPT_ANY)],
+}
+
+
+def _restoring_modes(fn):
+    """A right answer of before issue 50 that calls model.eval() and leaves it so, now putting the modes back
+    (issue 50: a model handed back in eval mode after training mode is named, grader.left_in_eval)."""
+    def modules_of(value):
+        if isinstance(value, torch.nn.Module):
+            return [value]
+        return [m for v in value for m in modules_of(v)] if isinstance(value, (list, tuple)) else []
+
+    @functools.wraps(fn)
+    def answer(*args, **kwargs):
+        models = [m for a in args for m in modules_of(a)]
+        modes = [[sub.training for sub in m.modules()] for m in models]
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for m, was in zip(models, modes):
+                for sub, mode in zip(m.modules(), was):
+                    sub.training = mode
+
+    return answer
+
+
+for _task_id in [t for t in RIGHT if t.startswith(("ch5.", "ch10."))]:
+    RIGHT[_task_id] = _restoring_modes(RIGHT[_task_id])
+for _task_id in [t for t in NEW_RIGHT if t.startswith(("ch5.", "ch10."))]:
+    NEW_RIGHT[_task_id] = [(what, _restoring_modes(fn)) for what, fn in NEW_RIGHT[_task_id]]

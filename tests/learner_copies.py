@@ -14,3 +14,25 @@ def learner_copy(fn):
     copy = types.FunctionType(_renamed(fn.__code__), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy
+
+
+def as_learner(fn):
+    """``fn`` as a learner's own answer: a function copied (learner_copy), a class subclassed with copies of its
+    methods (the grader refuses its own answers handed in, and their code called from a learner's frame)."""
+    if isinstance(fn, type):
+        methods = {name: learner_copy(value) for name, value in vars(fn).items() if isinstance(value, types.FunctionType)}
+        return type(fn.__name__, (fn,), methods)
+    if isinstance(fn, types.FunctionType):
+        return learner_copy(fn)
+    return fn
+
+
+def learner_tasks(tasks: dict) -> dict:
+    """``{task id: Task}`` whose reference, mutants and alternatives are learner copies (for tests that hand
+    them to ``grade`` or call them inside a test's own answer); grading still uses the real task by its id."""
+    import dataclasses
+
+    return {task_id: dataclasses.replace(task, reference=as_learner(task.reference),
+                                         mutants={name: as_learner(m) for name, m in task.mutants.items()},
+                                         alternatives=[as_learner(a) for a in task.alternatives])
+            for task_id, task in tasks.items()}

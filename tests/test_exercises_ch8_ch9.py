@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlab.mask_builder import build_mask
-from learner_copies import learner_copy
+from learner_copies import as_learner, learner_copy, learner_tasks
 import torch.distributed as dist
 import torch.nn.functional as F
 
@@ -21,7 +21,7 @@ from attnlab.mask_builder import and_masks, batch_mask, keep_from_lengths, mask_
 from attnlab.ring import expected_tiles
 from attnlab.rope import apply_rope
 
-TASKS = {task_id: task for task_id, task in all_tasks().items() if task_id.startswith(("ch8.", "ch9."))}
+TASKS = learner_tasks({task_id: task for task_id, task in all_tasks().items() if task_id.startswith(("ch8.", "ch9."))})
 
 
 def keys(result):

@@ -5,6 +5,7 @@ learner's function does (raise, hang, NaN, None, wrong shape, a fixed answer) cr
 
 import functools
 import json
+import os
 import pathlib
 import re
 import signal
@@ -21,10 +22,11 @@ from attnlab.exercises import all_tasks, exercise_tasks
 from attnlab.grader.judge import output_of  # the reference's and the mutants' outputs, once per task and case
 from attnlab.grader.model import clone
 from grader_answers import RIGHT, WRONG
-from learner_copies import learner_copy
+from learner_copies import as_learner, learner_copy, learner_tasks
 
+os.environ.setdefault("ATTNLAB_GRADER_SEED", "0")  # the drawn inputs: the same on every run of the tests
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TASKS = all_tasks()
+TASKS = learner_tasks(all_tasks())  # the grader's answers as a learner would hand them in
 MUTANTS = [(task_id, name) for task_id, task in TASKS.items() for name in task.mutants]
 ALTERNATIVES = [(task_id, n) for task_id, task in TASKS.items() for n in range(len(task.alternatives))]
 EXERCISES = sorted({task.exercise for task in TASKS.values()})
@@ -37,8 +39,11 @@ def english():
     i18n.set_language("en")
 
 
+DRAWN_LATER = {"grader.drawn_skipped", "grader.drawn_first"}  # the contract's points, tried once the cases pass
+
+
 def keys(result):
-    return {f.problem.key for f in result.failures}
+    return {f.problem.key for f in result.failures} - DRAWN_LATER
 
 
 # --------------------------------------------------------------------------
@@ -49,7 +54,7 @@ def test_eleven_chapters_every_task_has_mutants_alternatives_and_messages():
     assert EXERCISES == ["01-causal-mask", "02-multi-head-attention", "03-sdpa-flash-attention",
                          "04-teacher-forcing", "05-is-my-model-causal", "06-kv-cache",
                          "07-bidirectional-attention", "08-masks-in-real-models", "09-ring-attention",
-                         "10-auditing-a-real-model", "11-backward-pass"]
+                         "10-auditing-a-real-model", "11-backward-pass", "12-decoding-faster"]
     assert len(TASKS) >= 31 and len(MUTANTS) >= 145
     catalog = i18n.catalog()
     for task_id, task in TASKS.items():
@@ -160,6 +165,23 @@ COINCIDENCES = {
     # with n equal tiles per row, half of each diagonal tile leaves n / (n + 1) of the tiles: at n = 4 that is
     # the 4 of 5 products of forgetting the recomputed S; the ragged cases tell them apart
     ("ch11.backward_flops", frozenset({"no_recompute", "diagonal_half"})): lambda case: case.args[:2] == (16, 4),
+    # issue 50: at atol = 5e-5 the small leak's mean change over the vocabulary (about 3e-5) and its largest (about
+    # 8e-5) fall on either side of atol: averaging over the vocabulary misses it there, as a tolerance of 1e-2 does;
+    # the lineups at atol = 1e-5 tell them apart (the mean is above 1e-5 there)
+    ("ch10.leaky_models", frozenset({"mean_over_vocab", "loose_tolerance"})): lambda case: case.kwargs["atol"] == 5e-5,
+    ("ch10.leaky_models", frozenset({"mean_over_vocab", "last_token_only"})): lambda case: case.kwargs["atol"] == 5e-5,
+    ("ch10.cache_differs", frozenset({"mean_over_vocab", "loose_tolerance"})): lambda case: case.kwargs["atol"] == 1e-4,
+    ("ch10.cache_differs", frozenset({"mean_over_vocab", "tokens_only"})): lambda case: case.kwargs["atol"] == 1e-4,
+    # the cache bug of a window of one changes the logits enough to change a greedy token, the small leak does not:
+    # comparing tokens and a tolerance of 1e-2 both miss only the small leak; the atol = 1e-4 lineup tells them apart
+    ("ch10.cache_differs", frozenset({"loose_tolerance", "tokens_only"})): lambda case: "small_leak" in case.label,
+    # on the float64 models with logits near 1e4, a change of 1e-2 moves no greedy token, escapes allclose's default
+    # rtol and never shows without a cached step: the three miss the same leaks there; the other lineups tell them apart
+    ("ch10.cache_differs", frozenset({"no_decode_step", "default_rtol"})): lambda case: "_large" in case.label,
+    ("ch10.cache_differs", frozenset({"tokens_only", "default_rtol"})): lambda case: "_large" in case.label,
+    ("ch10.cache_differs", frozenset({"no_decode_step", "tokens_only"})): lambda case: "_large" in case.label,
+    # scores in the hundreds: a mask inverted or left out both exponentiate a blocked score far above L (inf)
+    ("ch11.tile_backward", frozenset({"blocked_inverted", "unmasked_p"})): lambda case: "scores*" in case.label,
     # with W >= T a window into the future reaches every later key, as the flipped causal comparison does
     ("ch8.sliding_window_mask", frozenset({"future_window", "causal_flipped"})): lambda case: case.args[1] >= case.args[0],
 }
@@ -202,8 +224,9 @@ def test_a_raising_function_is_reported_with_its_exception():
         raise ValueError("T must be positive")
 
     result = grader.grade("ch1.causal_mask", broken)
-    assert result.points == 0 and keys(result) == {"grader.raised"}
-    assert "ValueError: T must be positive" in result.text()
+    assert result.points == 0 and keys(result) == {"grader.raised_at"}
+    assert "ValueError in line" in result.text() and 'raise ValueError("T must be positive")' in result.text()
+    assert "T must be positive" in result.text()
 
 
 def test_a_stub_is_not_implemented_yet_and_gets_zero():
@@ -212,7 +235,7 @@ def test_a_stub_is_not_implemented_yet_and_gets_zero():
 
     result = grader.grade("ch1.causal_mask", stub)
     assert result.points == 0 and keys(result) == {"grader.not_implemented"}
-    assert result.text().count("\n") == 1  # one line for all cases with the same message
+    assert result.text().count("\n") == 2  # one line for all cases with the same message, one for the drawn inputs
 
 
 def test_a_hang_is_stopped_by_the_time_limit():
@@ -477,9 +500,9 @@ def test_dropout_in_training_must_be_random_and_unbiased():
     """A manual dropout (other random numbers than SDPA's) is fine; no dropout, or no rescaling, is not."""
     from attnlab.exercises import ch3
 
-    assert grader.grade("ch3.attention_forward", ch3._manual_dropout).passed
+    assert grader.grade("ch3.attention_forward", learner_copy(ch3._manual_dropout)).passed
     ignored = grader.grade("ch3.attention_forward", TASKS["ch3.attention_forward"].mutants["dropout_ignored"])
-    assert ignored.points == ignored.total - 1
+    assert ignored.points == ignored.total - 3  # the training case, then the drawn inputs and gradients not tried
 
 
 def test_a_tuple_of_tensors_is_compared_value_by_value_and_names_the_one_that_differs():
@@ -496,8 +519,8 @@ def test_a_tuple_of_tensors_is_compared_value_by_value_and_names_the_one_that_di
         return out, k, 2 * v
 
     doubled = grader.grade("ch6.decode_step", doubled_values)
-    assert doubled.points == 0 and keys(doubled) == {"grader.returned_item"}
-    assert "returned value 3 of 3 — at [" in doubled.text() and "Rückgabewert 3 von 3" in doubled.text("de")
+    assert doubled.points == 0 and keys(doubled) == {"grader.returned_named"}
+    assert "returned v_cache — at [" in doubled.text() and "Rückgabewert v_cache" in doubled.text("de")
     assert grader.same_output((torch.ones(2), torch.zeros(3)), [torch.ones(2), torch.zeros(3)])
     assert not grader.same_output((torch.ones(2), torch.zeros(3)), (torch.ones(2), torch.ones(3)))
     assert not grader.same_output((torch.ones(2),), (torch.ones(2), torch.zeros(3)))
@@ -564,21 +587,21 @@ def test_two_mistakes_at_once_are_both_named():
 
     result = grader.grade("ch1.masked_softmax", zero_fill_in_place)
     assert all(f.problem.keys() == {"grader.mutant.ch1.masked_softmax.zero_fill", "grader.changed_input"}
-               for f in result.failures if "T_q" not in f.label)
+               for f in result.failures if "T_q" not in f.label and not f.drawn)
     inverted = grader.grade("ch1.causal_mask", lambda T: torch.zeros(T, T).masked_fill(
         torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")))
-    assert {k for f in inverted.failures if f.case > 1 for k in f.problem.keys()} == {  # T = 1: see COINCIDENCES
+    assert {k for f in inverted.failures if f.case > 1 and not f.drawn for k in f.problem.keys()} == {  # T = 1: see COINCIDENCES
         "grader.additive_for_bool", "grader.mutant.ch1.causal_mask.inverted"}
     right_pattern = grader.grade("ch1.causal_mask", lambda T: torch.zeros(T, T).masked_fill(
         ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")))
-    assert {k for f in right_pattern.failures for k in f.problem.keys()} == {"grader.additive_for_bool"}
+    assert {k for f in right_pattern.failures if not f.drawn for k in f.problem.keys()} == {"grader.additive_for_bool"}
 
 
 def test_a_window_hard_coded_to_the_example_is_told_w_is_ignored_and_a_wrong_offset_sign_is_not_inverted():
     window = grader.grade("ch8.sliding_window_mask", lambda T, W: TASKS["ch8.sliding_window_mask"].reference(T, 3))
-    assert {f.problem.key for f in window.failures} == {"grader.mutant.ch8.sliding_window_mask.window_ignored"}
+    assert keys(window) == {"grader.mutant.ch8.sliding_window_mask.window_ignored"}
     offset = grader.grade("ch6.decode_mask", lambda T_q, T_kv: torch.ones(T_q, T_kv, dtype=torch.bool).tril(T_q - T_kv))
-    assert {f.problem.key for f in offset.failures} == {"grader.mutant.ch6.decode_mask.offset_sign"}
+    assert keys(offset) == {"grader.mutant.ch6.decode_mask.offset_sign"}
     assert 1 in [f.case for f in offset.failures]  # T_q = 1 is among them, and not called "inverted"
 
 
@@ -609,9 +632,9 @@ def test_every_solution_notebook_shows_full_marks_for_every_task(exercise, lang)
     """nbval proves these outputs are what a fresh run gives."""
     nb = nbformat.read(ROOT / "solutions" / lang / f"{exercise}.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    points = sum(len(TASKS[t].make_cases()) for t in exercise_tasks(exercise))
+    points = sum(TASKS[t].points() for t in exercise_tasks(exercise))
     for task_id in exercise_tasks(exercise):
-        n = len(TASKS[task_id].make_cases())
+        n = TASKS[task_id].points()
         assert "✓ " + i18n.tr("grader.score", lang=lang, task=grader.task_title(task_id, lang), points=n, total=n) in text
     assert "✗" not in text
     assert i18n.tr("grader.total", lang=lang, points=points, total=points) in text
@@ -633,7 +656,9 @@ def test_a_mistake_the_tasks_own_judge_names_is_not_also_called_hard_coded():
 
 
 def test_a_model_output_object_instead_of_its_logits_is_named():
-    from attnlab.exercises.ch10 import eval_mode, padded_logits
+    from attnlab.exercises.ch10 import eval_mode
+
+    padded_logits = TASKS["ch10.padded_logits"].reference  # a learner's copy (the grader refuses its own)
 
     def whole_output(model, ids, pad):
         B, T = ids.shape
@@ -761,3 +786,85 @@ def test_torchs_frames_are_recognised_through_a_symbolic_link_to_the_venv(tmp_pa
     assert frames._torch_file(str(link / "torch" / "nn" / "modules" / "module.py"))
     assert not frames._torch_file(str(link / "torchvision" / "ops" / "boxes.py"))  # a sibling is not torch
     assert not frames._torch_file("<learner cell>")
+
+
+# --------------------------------------------------------------------------
+# Issue 50: answers right on the task's cases and wrong on its contract (a second call, a size or
+# dtype beyond the cases, a layout, a gradient, a side effect, a cheat), each in one of the issue's
+# classes, named in every language; the round-2 leftovers among them.
+
+from grader_answers import ISSUE50_WRONG  # noqa: E402
+
+ISSUE50 = [(t, n) for t, answers in ISSUE50_WRONG.items() for n in range(len(answers))]
+
+
+def test_every_task_but_the_ring_has_issue_50_answers_and_a_contract():
+    for task_id, task in TASKS.items():
+        if task_id == "ch9.pass_on" or task_id.startswith("ch12."):
+            continue
+        assert task.contract is not None and len(ISSUE50_WRONG[task_id]) >= 2, task_id
+    assert sum("round 2" in what for answers in ISSUE50_WRONG.values() for _, what, _, _ in answers) >= 4
+
+
+@pytest.mark.parametrize("task_id,n", ISSUE50, ids=[f"{t}-{ISSUE50_WRONG[t][n][1]}" for t, n in ISSUE50])
+def test_each_issue_50_answer_loses_points_with_its_message(task_id, n):
+    _, what, answer, key = ISSUE50_WRONG[task_id][n]
+    result = grader.grade(task_id, answer)
+    assert not result.passed, (what, result.text())
+    if key is None:
+        return
+    named = set().union(*(all_keys(f.problem) for f in result.failures))
+    found = [k for k in (key if isinstance(key, tuple) else (key,)) if k in named]
+    assert found, (what, result.text())
+    params = next(p.params for f in result.failures for p in _walk(f.problem) if p.key == found[0])
+    for lang in i18n.LANGUAGES:
+        assert i18n.tr(found[0], lang=lang, **params) in result.text(lang)
+
+
+def test_a_failing_drawn_input_is_shrunk_and_shown_with_its_seed():
+    """An int32 count that wraps past 2**31: found on a drawn input, shown with the seed that draws it again."""
+    from grader_answers import _flops_int32
+
+    result = grader.grade("ch3.score_flops", _flops_int32, seed=3)
+    failure = next(f for f in result.failures if f.drawn == "drawn")
+    assert failure.problem.key == "grader.drawn_input" and failure.problem.params["seed"] == 3
+    assert "seed=3" in result.text() and "check(..., seed=3)" in result.text("zh")
+    assert grader.grade("ch3.score_flops", _flops_int32, seed=3).text() == result.text()  # the same seed, the same draw
+
+
+def test_global_state_left_changed_is_named_put_back_and_harmless_for_the_next_check():
+    from grader_answers import _default_device_meta, _grad_mode_off
+
+    meta = grader.grade("ch1.causal_mask", _default_device_meta("ch1.causal_mask"))
+    assert "grader.changed_default_device" in {k for f in meta.failures for k in f.problem.keys()}
+    assert torch.empty(1).device.type == "cpu" and torch.is_grad_enabled()
+    assert grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].reference).passed
+    grader.grade("ch4.next_token_loss", _grad_mode_off("ch4.next_token_loss"))
+    assert torch.is_grad_enabled()
+    torch.set_default_device("meta")  # a notebook cell left it so: the grader grades as usual
+    try:
+        assert grader.grade("ch1.causal_mask", TASKS["ch1.causal_mask"].reference).passed
+    finally:
+        torch.set_default_device(None)
+
+
+def test_the_learners_failing_line_is_shown():
+    def broken(T):
+        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        return allowed.view(T, T, 2)
+
+    result = grader.grade("ch1.causal_mask", broken)
+    assert keys(result) == {"grader.raised_at"}
+    assert "return allowed.view(T, T, 2)" in result.text() and "Zeile" in result.text("de")
+
+
+def test_the_grader_refuses_its_own_answer_however_it_is_reached():
+    from attnlab.exercises import ch1
+
+    assert grader.grade("ch1.future_weight", ch1.future_weight).problem.key == "grader.course_copy"  # handed in
+    for wrapped in (functools.partial(ch1.future_weight),
+                    lambda w, a: threading.Thread(target=lambda: None).start() or ch1.future_weight(w, a)):
+        result = grader.grade("ch1.future_weight", wrapped)
+        named = {k for f in result.failures for k in f.problem.keys()} | (
+            {result.problem.key} if result.problem else set())
+        assert "grader.course_copy" in named, result.text()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..grader import Case, Task
+from ..grader import Case, Contract, Task
 from . import case_device, random_allowed
 
 EXERCISE = "01-causal-mask"
@@ -30,8 +30,14 @@ def causal_mask_cases(generator):
     return [Case((T,), label=f"T={T}") for T in (1, 5, 70, 11)]  # T = 70: above any 64 x 64 mask kept around
 
 
+def causal_mask_draw(d):
+    T = d.size("T", 1, 300, edges=(1, 2, 65, 300))  # above any 64 or 256 mask kept and sliced
+    return Case((T,))
+
+
 CAUSAL_MASK = Task(
     id="ch1.causal_mask", exercise=EXERCISE, reference=causal_mask, cases=causal_mask_cases,
+    contract=Contract(draw=causal_mask_draw),
     mutants={
         "diagonal": lambda T: torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1),
         "inverted": lambda T: torch.ones(T, T, dtype=torch.bool).triu(diagonal=1),
@@ -73,6 +79,37 @@ def score_cases(generator):
     return cases
 
 
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def drawn_allowed(d, T_q, T_kv):
+    """[T_q, T_kv] bool for a drawn input: causal (lower right), random, or one key per row; every row reads a key."""
+    kind = d.choice("mask", ("causal", "random", "one_key"))
+    generator = d.generator("allowed")
+    if kind == "causal":
+        allowed = torch.ones(T_q, T_kv, dtype=torch.bool).tril(diagonal=T_kv - T_q) | (torch.arange(T_kv) == 0)
+    elif kind == "random":
+        allowed = random_allowed(T_q, T_kv, generator)
+    else:
+        allowed = torch.zeros(T_q, T_kv, dtype=torch.bool)
+        allowed[torch.arange(T_q), torch.randint(T_kv, (T_q,), generator=generator)] = True
+    return d.layout("allowed", allowed)
+
+
+def scores_draw(d):
+    """Scores [*lead, T_q, T_kv] in any float dtype and layout, up to a thousand (float32 exp overflows at 89,
+    float16's at 11), the blocked entries sometimes far above the rest; the mask [T_q, T_kv]."""
+    lead = d.choice("lead", ((), (2,), (2, 3)))
+    T_q, T_kv = d.size("T_q", 1, 40, edges=(1, 300)), d.size("T_kv", 1, 40, edges=(1, 300))
+    dtype = d.choice("dtype", FLOATS)
+    scale = d.choice("scale", (1.0, 30.0, 1000.0))
+    allowed = drawn_allowed(d, T_q, T_kv)
+    scores = torch.randn(*lead, T_q, T_kv, generator=d.generator("scores"), dtype=torch.float64) * scale
+    if d.flag("blocked_high"):
+        scores = scores.masked_fill(~allowed.cpu(), 3 * scale)
+    return Case((d.layout("scores", scores.to(dtype)), allowed))
+
+
 def _manual_softmax(scores, allowed):
     top = scores.masked_fill(~allowed, NEG_INF).amax(dim=-1, keepdim=True)  # the maximum over the allowed keys
     e = (scores - top).exp().masked_fill(~allowed, 0.0)
@@ -91,6 +128,7 @@ def _max_over_blocked(s, a):  # the maximum taken over the blocked keys too: the
 
 MASKED_SOFTMAX = Task(
     id="ch1.masked_softmax", exercise=EXERCISE, reference=masked_softmax, cases=score_cases,
+    contract=Contract(draw=scores_draw, grads=("scores",)),
     mutants={
         "zero_fill": lambda s, a: s.masked_fill(~a, 0.0).softmax(dim=-1),
         "inverted": lambda s, a: s.masked_fill(a, NEG_INF).softmax(dim=-1),
@@ -104,7 +142,6 @@ MASKED_SOFTMAX = Task(
     alternatives=[
         lambda s, a: torch.where(a, s, NEG_INF).softmax(dim=-1),
         lambda s, a: (s + torch.zeros_like(s).masked_fill(~a, NEG_INF)).softmax(dim=-1),
-        lambda s, a: s.masked_fill(~a, -1e9).softmax(dim=-1),  # a large finite fill is exact in float32
         lambda s, a: s.masked_fill(~a, torch.finfo(s.dtype).min).softmax(dim=-1),
         _manual_softmax,
         lambda s, a: torch.nn.functional.softmax(s.masked_fill(~a, NEG_INF), dim=-1),
@@ -137,8 +174,21 @@ def weight_cases(generator):
     return cases
 
 
+def weights_draw(d):
+    """Attention weights [*lead, T_q, T_kv] (rows sum to 1), the mask [T_q, T_kv], up to 4097 keys."""
+    lead = d.choice("lead", ((), (3,), (2, 2)))
+    T_q, T_kv = d.size("T_q", 1, 40, edges=(1, 7)), d.size("T_kv", 1, 60, edges=(1, 4097))
+    dtype = d.choice("dtype", (torch.float32, torch.float64, torch.float16))
+    allowed = drawn_allowed(d, T_q, T_kv)
+    scores = torch.randn(*lead, T_q, T_kv, generator=d.generator("scores"), dtype=torch.float64) * 3
+    if d.flag("zero_fill"):  # the leak of a 0 fill: weight on the future
+        scores = scores.masked_fill(~allowed.cpu(), 0.0)
+    return Case((d.layout("weights", scores.softmax(dim=-1).to(dtype)), allowed))
+
+
 FUTURE_WEIGHT = Task(
     id="ch1.future_weight", exercise=EXERCISE, reference=future_weight, cases=weight_cases,
+    contract=Contract(draw=weights_draw),
     mutants={
         "allowed_weight": lambda w, a: (w * a).sum(dim=-1),
         "wrong_axis": lambda w, a: (w * ~a).sum(dim=-2),
@@ -226,12 +276,30 @@ def _where_converter(mask, source, target, dtype=torch.float32):
     else:
         allowed = mask if source == "sdpa" else mask.logical_not()
     if target == "additive":
-        return torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)
+        return torch.where(allowed, torch.zeros((), dtype=dtype), torch.finfo(dtype).min)
     return allowed if target == "sdpa" else allowed.logical_not()
+
+
+def convert_draw(d):
+    """Any source and target (the same one too, with a dtype), any shape, an additive source filled with
+    -inf, finfo.min or -1e4, a target dtype of float16 or bfloat16 as well."""
+    source, target = d.choice("source", ("sdpa", "mha", "additive")), d.choice("target", ("sdpa", "mha", "additive"))
+    shape = d.choice("shape", ((5, 5), (1, 1), (3, 7), (2, 1, 4, 4), (70, 70)))
+    dtype = d.choice("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+    allowed = torch.rand(shape, generator=d.generator("mask")) < 0.6
+    if source == "additive":
+        fill = d.choice("fill", (float("-inf"), "finfo.min", -1e4))
+        source_dtype = d.choice("source_dtype", (torch.float32, torch.float16, torch.float64))
+        fill = torch.finfo(source_dtype).min if fill == "finfo.min" else fill
+        mask = torch.zeros(shape, dtype=source_dtype).masked_fill(~allowed, fill)
+    else:
+        mask = allowed if source == "sdpa" else ~allowed
+    return Case((d.layout("mask", mask), source, target), {"dtype": dtype})
 
 
 CONVERT_MASK = Task(
     id="ch1.convert_mask", exercise=EXERCISE, reference=convert_mask, cases=convert_cases, call=_call_converter,
+    contract=Contract(draw=convert_draw), input_names=("mask", "source", "target"),
     course_copies=("attnlab.masks.additive_mask", "attnlab.masks.to_blocked", "attnlab.masks.to_allowed"),
     mutants={
         "copied": _copied,

@@ -9,8 +9,8 @@ import math
 
 import torch
 
-from ..grader import Case, Task, compare_outputs
-from . import case_device
+from ..grader import Case, Contract, Task, compare_outputs
+from . import case_device, tiles_draw
 
 EXERCISE = "11-backward-pass"
 
@@ -53,6 +53,19 @@ def _softmax_case(generator, B, T, d, masked):
     return p, d_out @ v.transpose(-2, -1), d_out, out
 
 
+def score_grad_draw(d):
+    """A, dA, dO, O of a [B, T, T] softmax (T from 1, causal or not, scores up to 30), float64, any layout."""
+    B, T, head = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 20, edges=(1, 64)), d.size("d", 1, 8, edges=(1, 32))
+    generator = d.generator("values")
+    scores = torch.randn(B, T, T, generator=generator, dtype=torch.float64) * d.choice("scale", (1.0, 30.0))
+    if d.flag("causal"):
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(diagonal=1), float("-inf"))
+    p = scores.softmax(dim=-1)
+    v, d_out = (torch.randn(B, T, head, generator=generator, dtype=torch.float64) for _ in range(2))
+    args = (p, d_out @ v.transpose(-2, -1), d_out, p @ v)
+    return Case(tuple(d.layout(name, t) for name, t in zip(("a", "da", "d_out", "out"), args)))
+
+
 def score_grad_cases(generator):
     return [Case(_softmax_case(generator, B, T, d, masked), label=f"B={B}, T={T}, d={d}, causal={masked}")
             for B, T, d, masked in [(1, 5, 3, True), (2, 6, 4, False), (3, 7, 2, True), (1, 9, 5, True)]]
@@ -60,6 +73,7 @@ def score_grad_cases(generator):
 
 SCORE_GRAD = Task(
     id="ch11.score_grad", exercise=EXERCISE, reference=score_grad, cases=score_grad_cases, compare=compare_float64,
+    contract=Contract(draw=score_grad_draw),
     course_copies=("attnlab.blocked_backward.attention_grads", "attnlab.blocked_backward.ByHand.backward"),
     mutants={
         "forgets_d": lambda p, dp, d_out, out: p * dp,
@@ -92,10 +106,11 @@ def tile_backward(q, k, v, d_out, lse, D, blocked):
     return ds @ k * scale, ds.T @ q * scale, dv
 
 
-def _tile_case(generator, T, block, i, j, d, scale=1.0):
+def _tile_case(generator, T, block, i, j, d, scale=1.0, block_k=None):
     """The tile (query tile i, key tile j) of a causal [T, T] attention with its true L and D; with
     ``scale``, the scores grow with the key's position (a blocked score is thousands above L: exp of it
-    overflows float64)."""
+    overflows float64). ``block_k``: key tiles of another size (a tile that is not square)."""
+    block_k = block if block_k is None else block_k
     q, k, v, d_out = (_randn(generator, T, d) for _ in range(4))
     if scale != 1:  # every later key scores higher: the blocked (future) scores lie far above L
         q, k = q.abs() + 1, (k.abs() + 1) * torch.arange(T, device=k.device)[:, None] * scale
@@ -103,8 +118,23 @@ def _tile_case(generator, T, block, i, j, d, scale=1.0):
     p = (q @ k.T / math.sqrt(d)).masked_fill(~allowed, float("-inf"))
     lse, p = p.logsumexp(dim=-1), p.softmax(dim=-1)
     D = (d_out * (p @ v)).sum(dim=-1)
-    qs, ks = slice(i * block, (i + 1) * block), slice(j * block, (j + 1) * block)
+    qs, ks = slice(i * block, (i + 1) * block), slice(j * block_k, (j + 1) * block_k)
     return q[qs], k[ks], v[ks], d_out[qs], lse[qs], D[qs], ~allowed[qs, ks]
+
+
+def tile_draw(d):
+    """A tile of a causal attention that is computed (not skipped): query and key tiles of their own sizes, so
+    that tiles are not square and the last ones are short; scores up to the thousands (a blocked score far above
+    L), head size from 1, float64."""
+    block, block_k = d.size("block_q", 1, 6, edges=(1, 4)), d.size("block_k", 1, 6, edges=(1, 3))
+    T = d.size("T", 1, 24, edges=(1, 11))
+    i = d.size("tile_q", 0, (T - 1) // block, edges=(0, (T - 1) // block))
+    last_key = min((i + 1) * block, T) - 1  # key tiles starting after it are skipped
+    j = d.size("tile_k", 0, last_key // block_k, edges=(0, last_key // block_k))
+    head, scale = d.size("d", 1, 6, edges=(1, 16)), d.choice("scale", (1.0, 400.0))
+    args = _tile_case(d.generator("values"), T, block, i, j, head, scale, block_k)
+    return Case(tuple(d.layout(name, t.to(d.device)) for name, t in
+                      zip(("q", "k", "v", "d_out", "lse", "D", "blocked"), args)))
 
 
 def tile_cases(generator):
@@ -160,9 +190,22 @@ def _lse_by_key(q, k, v, d_out, lse, D, blocked):
     return ds @ k * scale, ds.T @ q * scale, p.T @ d_out
 
 
+def _local_d(q, k, v, d_out, lse, D, blocked):
+    """D computed from the tile alone, rowsum(dO * (A v)) over this tile's keys: D belongs to the whole row."""
+    scale = 1 / math.sqrt(q.size(-1))
+    p = torch.exp((q @ k.T * scale).masked_fill(blocked, float("-inf")) - lse[:, None])
+    local = (d_out * (p @ v)).sum(dim=-1)
+    return tile_backward(q, k, v, d_out, lse, local, blocked)
+
+
 TILE_BACKWARD = Task(
     id="ch11.tile_backward", exercise=EXERCISE, reference=tile_backward, cases=tile_cases,
+    contract=Contract(draw=tile_draw), output_names=("dq", "dk", "dv"),
     mutants={
+        "blocked_inverted": lambda q, k, v, d_out, lse, D, blocked: tile_backward(q, k, v, d_out, lse, D, ~blocked),
+        "local_d": _local_d,
+        "swapped_dq_dk": lambda q, k, v, d_out, lse, D, blocked: (
+            lambda dq, dk, dv: (dk, dq, dv))(*tile_backward(q, k, v, d_out, lse, D, blocked)),
         "forgets_d": lambda q, k, v, d_out, lse, D, blocked: tile_backward(q, k, v, d_out, lse, torch.zeros_like(D),
                                                                          blocked),
         "scale_wrong_side": lambda q, k, v, d_out, lse, D, blocked: tuple(
@@ -191,7 +234,16 @@ TILE_BACKWARD = Task(
 
 
 def saved_bytes(B, H, T, d, element_size):
-    return B * H * T * T * element_size, B * H * T * d * element_size + B * H * T * 4
+    lse_size = 8 if element_size == 8 else 4  # L in float32, in float64 for float64 inputs
+    return B * H * T * T * element_size, B * H * T * d * element_size + B * H * T * lse_size
+
+
+def saved_draw(d):
+    """Sizes up to a real model's (a context of 131072, 128 heads: counts far above 2**31), element sizes 2, 4 and
+    8 (L in float64 for float64 inputs)."""
+    B, H = d.size("B", 1, 16, edges=(1, 64)), d.size("H", 1, 32, edges=(1, 128))
+    T, head = d.size("T", 1, 4096, edges=(1, 131072)), d.size("d", 1, 128, edges=(1, 256))
+    return Case((B, H, T, head, d.choice("element_size", (4, 2, 8))))
 
 
 def saved_cases(generator):
@@ -201,6 +253,7 @@ def saved_cases(generator):
 
 SAVED_BYTES = Task(
     id="ch11.saved_bytes", exercise=EXERCISE, reference=saved_bytes, cases=saved_cases,
+    contract=Contract(draw=saved_draw), output_names=("explicit", "blocked"),
     course_copies=("attnlab.blocked_backward.saved_bytes_formula", "attnlab.blocked_backward.saved_tensors"),
     mutants={
         "forgets_lse": lambda B, H, T, d, s: (B * H * T * T * s, B * H * T * d * s),
@@ -211,16 +264,19 @@ SAVED_BYTES = Task(
         "bits_not_bytes": lambda B, H, T, d, s: (8 * B * H * T * T * s, 8 * (B * H * T * d * s + B * H * T * 4)),
     },
     alternatives=[
-        lambda B, H, T, d, s: (math.prod((B, H, T, T)) * s, math.prod((B, H, T)) * (d * s + 4)),
-        lambda B, H, T, d, s: (torch.empty(B, H, T, T, dtype={2: torch.float16, 4: torch.float32}[s]).nbytes,
-                               torch.empty(B, H, T, d, dtype={2: torch.float16, 4: torch.float32}[s]).nbytes
-                               + torch.empty(B, H, T).nbytes),
+        lambda B, H, T, d, s: (math.prod((B, H, T, T)) * s, math.prod((B, H, T)) * (d * s + max(s, 4))),
+        lambda B, H, T, d, s: (math.prod((B, H, T, T)) * s, B * H * T * d * s + B * H * T * (8 if s == 8 else 4)),
     ],
 )
 
 
 # --------------------------------------------------------------------------
 # 4. backward_flops(T, block, d): matrix-product FLOPs of the causal blocked backward, one head
+
+
+def flops_draw(d):
+    T, block, dim = tiles_draw(d)
+    return Case((T, block, dim), label=f"T={T}, block={block}, d={dim}")
 
 
 def backward_flops(T, block, d):
@@ -256,6 +312,9 @@ def _flops(T, block, d, products=5, skip=True, square=False, per_product=2, diag
 
 BACKWARD_FLOPS = Task(
     id="ch11.backward_flops", exercise=EXERCISE, reference=backward_flops, cases=flop_cases,
+    contract=Contract(draw=flops_draw),
+    course_copies=("attnlab.blocked_backward.blocked_backward", "attnlab.blocked_backward.blocked_forward",
+                   "attnlab.blocked_backward.PassCounts"),
     mutants={
         "counts_skipped": lambda T, b, d: _flops(T, b, d, skip=False),
         "forward_flops": lambda T, b, d: _flops(T, b, d, products=2),

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..grader import Case, Problem, Refusal, Task
+from ..grader import LAYOUTS, VIEWABLE, Case, Contract, Problem, Refusal, Task, note, same_output, watched_models
 from . import case_device
 
 EXERCISE = "02-multi-head-attention"
@@ -31,8 +31,28 @@ def split_cases(generator):
             for B, T, D, H in SIZES]
 
 
+def _heads_sizes(d):
+    B, T = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 30, edges=(1, 257))
+    H, head = d.size("H", 1, 8, edges=(1, 16)), d.size("d", 1, 16, edges=(1, 64))
+    dtype = d.choice("dtype", (torch.float32, torch.float64, torch.float16, torch.bfloat16))
+    return B, T, H, head, dtype
+
+
+def split_draw(d):
+    """x [B, T, H * d] in any float dtype; laid out as a slice, every other row, or contiguous: ``view`` on the
+    last axis works on each, code that assumes a contiguous input does not."""
+    B, T, H, head, dtype = _heads_sizes(d)
+    return Case((d.normal("x", (B, T, H * head), dtype, layouts=VIEWABLE), H))
+
+
+def merge_draw(d):
+    B, T, H, head, dtype = _heads_sizes(d)
+    return Case((d.normal("x", (B, H, T, head), dtype, layouts=LAYOUTS),))
+
+
 SPLIT_HEADS = Task(
     id="ch2.split_heads", exercise=EXERCISE, reference=split_heads, cases=split_cases,
+    contract=Contract(draw=split_draw, grads=("x",)),
     course_copies=("attnlab.multihead.split_heads", "attnlab.multihead.split_heads_without_transpose"),
     mutants={
         "no_transpose": lambda x, H: x.view(x.shape[0], H, x.shape[1], x.shape[2] // H),
@@ -63,6 +83,7 @@ def merge_cases(generator):
 
 MERGE_HEADS = Task(
     id="ch2.merge_heads", exercise=EXERCISE, reference=merge_heads, cases=merge_cases,
+    contract=Contract(draw=merge_draw, grads=("x",)),
     course_copies=("attnlab.multihead.merge_heads", "attnlab.multihead.merge_heads_without_transpose"),
     mutants={
         "no_transpose": lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
@@ -171,7 +192,9 @@ def module_cases(generator):
 
 
 def _call_module(cls, state, x, n_heads):
-    """Build the learner's class with the case's width and heads, load the weights, run forward."""
+    """Build the learner's class with the case's width and heads, load the weights, run forward twice on
+    the same module: a forward that changes the module (weights rescaled in place, a cache kept) gives
+    another answer the second time (``grader.depends_on_calls``), and changed weights are named."""
     module = cls(x.shape[-1], n_heads).to(x.device)
     # The task's four weights are loaded; what else the module registers (nanoGPT's `bias` buffer, a
     # tril mask) stays as the module made it. A weight the module lacks is named, not cut short.
@@ -179,11 +202,30 @@ def _call_module(cls, state, x, n_heads):
     if missing:
         raise Refusal(Problem("grader.ch2.mha_forward.missing_weights", {"names": ", ".join(missing)}))
     module.load_state_dict(state, strict=False)
-    return module.eval()(x)
+    module.eval()
+    with watched_models(module):
+        out = module(x)
+        again = module(x)
+    if isinstance(out, torch.Tensor) and isinstance(again, torch.Tensor) and not same_output(out, again):
+        note(Problem("grader.depends_on_calls"))
+    return out
+
+
+def module_draw(d):
+    """The four weights and x [B, T, D] (float32, any layout), D = H * d."""
+    B, T = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 24, edges=(1, 130))
+    H, head = d.size("H", 1, 6, edges=(1, 8)), d.size("d", 1, 12, edges=(1, 32))
+    D = H * head
+    generator = d.generator("weights")
+    state = {f"{name}.weight": (torch.randn(D, D, generator=generator) / math.sqrt(D)).to(d.device)
+             for name in ("q_proj", "k_proj", "v_proj", "out_proj")}
+    x = d.normal("x", (B, T, D), torch.float32, scale=d.choice("scale", (1.0, 10.0)))
+    return Case((state, x, H))
 
 
 MHA_FORWARD = Task(
     id="ch2.mha_forward", exercise=EXERCISE, reference=CausalSelfAttention, cases=module_cases, call=_call_module,
+    contract=Contract(draw=module_draw, grads=("x",)), input_names=("state", "x", "n_heads"),
     course_copies=("attnlab.multihead.MultiHeadAttention.forward", "attnlab.gpt.SelfAttention.forward",
                    "attnlab.gpt.SelfAttention.attend"),
     mutants={

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from ..grader import Case, Problem, Task, compare_outputs
-from . import case_device
+from ..grader import Case, Contract, Problem, Task, compare_outputs
+from . import case_device, tiles_draw
 
 EXERCISE = "03-sdpa-flash-attention"
 
@@ -46,7 +46,7 @@ def _dropout_judge(q, k, v, p):
         if problem is not None and problem.key not in ("grader.values",):
             return problem  # None, type, shape, dtype, device or NaN
         got = got.double()
-        if torch.equal(got[0], got[1]) and torch.equal(got[0], got[-1]):
+        if bool((got == got[:1]).all()):  # every copy alike
             return Problem("grader.mutant.ch3.attention_forward.dropout_ignored",
                            detail=Problem("grader.identical_copies", {"n": got.shape[0]}))
         mean, sem = got.mean(dim=0), got.std(dim=0) / math.sqrt(got.shape[0]) + 1e-6
@@ -102,8 +102,43 @@ def _manual_dropout(q, k, v, dropout_p, training):
     return weights @ v
 
 
+RATES = (0.1, 0.3, 0.8, 0.5)  # a wrong keep probability or a 1/p scale is right at 0.5 only
+
+
+def _qkv_draw(d, T_q_edges=(1,), square=True):
+    B, H = d.size("B", 1, 3, edges=(1,)), d.size("H", 1, 4, edges=(1,))
+    T_kv = d.size("T", 1, 40, edges=(1, 300))
+    T_q = T_kv if square else d.size("T_q", 1, T_kv, edges=(1, T_kv))
+    head = d.size("d", 1, 16, edges=(1, 64))
+    dtype = d.choice("dtype", (torch.float32, torch.float64))
+    scale = d.choice("scale", (1.0, 4.0))
+    q = d.normal("q", (B, H, T_q, head), dtype, scale)
+    k, v = d.normal("k", (B, H, T_kv, head), dtype, scale), d.normal("v", (B, H, T_kv, head), dtype)
+    return q, k, v
+
+
+def dropout_draw(d):
+    """Eval mode (no dropout) at any size, dtype and layout; or training, judged by the statistics of 512
+    copies of one small input at a rate drawn from several: the first input trains at 0.1, the second at 0.8."""
+    training = d.schedule in ("low", "high") or d.flag("training")
+    p = {"low": 0.1, "high": 0.8}.get(d.schedule) or d.choice("dropout_p", RATES)
+    if not training:
+        return Case((*_qkv_draw(d), p, False), seed=7)
+    H, T, head = d.size("H", 1, 3, edges=(2,)), d.size("T", 2, 8, edges=(6,)), d.size("d", 2, 8, edges=(4,))
+    generator = d.generator("qkv")
+    q, k, v = (torch.randn(1, H, T, head, generator=generator).expand(DROPOUT_COPIES, -1, -1, -1).contiguous()
+               .to(d.device) for _ in range(3))
+    return Case((q, k, v, p, True), seed=d.size("seed", 0, 10**6), judge=_dropout_judge(q, k, v, p),
+                label=f"B={DROPOUT_COPIES}, H={H}, T={T}, d={head}, dropout_p={p}, training=True")
+
+
+def cached_draw(d):
+    return Case(_qkv_draw(d, square=False))
+
+
 ATTENTION_FORWARD = Task(
     id="ch3.attention_forward", exercise=EXERCISE, reference=attention_forward, cases=dropout_cases,
+    contract=Contract(draw=dropout_draw, grads=("q", "k", "v")),
     mutants={
         "dropout_in_eval": lambda q, k, v, p, training: F.scaled_dot_product_attention(
             q, k, v, dropout_p=p, is_causal=True),
@@ -163,6 +198,7 @@ def _manual_cached(q, k, v):
 
 ATTEND_NEW_QUERIES = Task(
     id="ch3.attend_new_queries", exercise=EXERCISE, reference=attend_new_queries, cases=cached_cases,
+    contract=Contract(draw=cached_draw, grads=("q", "k", "v")),
     mutants={
         "top_left": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "no_mask": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
@@ -207,8 +243,23 @@ def _tiles_by_index(T, block):
     return [["full" if j < i else "diagonal" if j == i else "skipped" for j in range(n)] for i in range(n)]
 
 
+def tile_kinds_draw(draw):
+    """Tiles of at least 2 positions, the last one too: a tile of one query and one key on the diagonal
+    would be "full" by one reading and "diagonal" by another."""
+    T, block, _ = tiles_draw(draw, None, min_block=2)
+    if T % block == 1:
+        T += 1
+    return Case((T, block), label=f"T={T}, block={block}")
+
+
+def flops_draw(draw):
+    T, block, d = tiles_draw(draw)
+    return Case((T, block, d), label=f"T={T}, block={block}, d={d}")
+
+
 TILE_KINDS = Task(
     id="ch3.tile_kinds", exercise=EXERCISE, reference=tile_kinds, cases=tile_cases,
+    contract=Contract(draw=tile_kinds_draw),
     course_copies=("attnlab.blocked.tile_map", "attnlab.blocked.tile_kind"),
     mutants={
         "transposed": lambda T, b: [[{"full": "skipped", "skipped": "full"}.get(kind, kind) for kind in row]
@@ -258,7 +309,7 @@ def _count_tiles(T, block, d, kinds=("full", "diagonal"), square=False, n=None):
 
 
 TILE_FLOPS = Task(
-    id="ch3.score_flops", exercise=EXERCISE, reference=score_flops, cases=flop_cases,
+    id="ch3.score_flops", exercise=EXERCISE, reference=score_flops, cases=flop_cases, contract=Contract(draw=flops_draw),
     mutants={
         "square_tiles": lambda T, b, d: _count_tiles(T, b, d, square=True),
         "drops_ragged": lambda T, b, d: _count_tiles(T, b, d, n=T // b),

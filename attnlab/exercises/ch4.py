@@ -15,7 +15,7 @@ from torch import nn
 
 from ..causality import cut_map, dependence_map, first_leak
 from ..gpt import GPT, GPTConfig, pick_next
-from ..grader import Case, Problem, Task, compare_outputs, watched_models
+from ..grader import Case, Contract, Problem, Task, compare_outputs, watched_models
 from ..multihead import merge_heads, split_heads
 from . import case_device
 
@@ -42,8 +42,29 @@ def shift_cases(generator):
     return cases
 
 
+ID_DTYPES = (torch.long, torch.int32)
+
+
+def shift_draw(d):
+    """Windows [B, T+1] of token ids up to a real vocabulary (50257, past int16), any layout, long or int32."""
+    B, n = d.size("B", 1, 4, edges=(1,)), d.size("T+1", 2, 40, edges=(2, 1025))
+    vocab = d.choice("vocab", (50257, 7, 2**31 - 1))
+    return Case((d.integers("windows", (B, n), 0, vocab, dtype=d.choice("dtype", ID_DTYPES)),))
+
+
+def loss_draw(d):
+    """Logits [B, T, V] (float32 or float64, up to a few hundred: softmax underflows), contiguous or a slice of a
+    larger buffer (as a model's head hands them over: ``view(-1, V)`` works on both)."""
+    B, T = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 16, edges=(1, 64))
+    V = d.size("V", 2, 40, edges=(2, 5000))
+    dtype = d.choice("dtype", (torch.float32, torch.float64))
+    logits = d.normal("logits", (B, T, V), dtype, scale=d.choice("scale", (2.0, 300.0)), layouts=("contiguous", "offset"))
+    return Case((logits, d.integers("targets", (B, T), 0, V, layouts=("contiguous", "offset"))))
+
+
 SHIFTED_TARGETS = Task(
     id="ch4.shifted_targets", exercise=EXERCISE, reference=shifted_targets, cases=shift_cases,
+    contract=Contract(draw=shift_draw), output_names=("inputs", "targets"),
     mutants={
         "no_shift": lambda w: (w[:, :-1], w[:, :-1]),
         "wrong_way": lambda w: (w[:, 1:], w[:, :-1]),
@@ -101,6 +122,7 @@ def _logsumexp_loss(logits, targets):
 
 NEXT_TOKEN_LOSS = Task(
     id="ch4.next_token_loss", exercise=EXERCISE, reference=next_token_loss, cases=loss_cases,
+    contract=Contract(draw=loss_draw, grads=("logits",)),
     mutants={
         "shifted_again": lambda logits, targets: F.cross_entropy(
             logits[:, :-1].flatten(0, 1), targets[:, 1:].flatten()),
@@ -251,9 +273,25 @@ def _python_lists(model, prompt, n_new):
     return torch.tensor(rows, device=prompt.device)
 
 
+def generate_draw(d):
+    """A small GPT, a prompt of 1 to longer than block_size tokens, 0 to 8 new tokens."""
+    block_size = d.size("block_size", 1, 12, edges=(1, 3))
+    H = d.size("n_head", 1, 4, edges=(1,))
+    config = GPTConfig(vocab_size=d.size("V", 2, 40, edges=(2, 101)), block_size=block_size,
+                       n_layer=d.size("n_layer", 1, 2, edges=(1,)), n_head=H, n_embd=H * d.size("d", 2, 8, edges=(4,)))
+    generator = d.generator("weights")
+    state = {k: v.to(d.device) for k, v in random_gpt_state(config, generator, blocks=3.0).items()}
+    B, T0 = d.size("B", 1, 3, edges=(1,)), d.size("prompt", 1, block_size + 4, edges=(1, block_size + 2))
+    prompt = torch.randint(0, config.vocab_size, (B, T0), generator=generator).to(d.device)
+    n_new = d.size("n_new", 0, 8, edges=(0, 1))
+    return Case((config, state, prompt, n_new),
+                label=f"B={B}, prompt={T0}, n_new={n_new}, block_size={block_size}, V={config.vocab_size}")
+
+
 GREEDY_GENERATE = Task(
     id="ch4.greedy_generate", exercise=EXERCISE, reference=greedy_generate, cases=generate_cases,
-    call=_call_generate,
+    call=_call_generate, contract=Contract(draw=generate_draw, examples=5),
+    input_names=("config", "state", "prompt", "n_new"),
     mutants={
         "first_position": _generate_mutant(position=0),
         "newest_token_only": _generate_mutant(feed="newest"),
@@ -389,9 +427,22 @@ def _additive_block(block, x):
     return x + block.mlp(block.norm_2(x))
 
 
+def block_draw(d):
+    """One block of a small GPT and x [B, T, D] (any layout), T from 1 on."""
+    H, head = d.size("n_head", 1, 4, edges=(1,)), d.size("d", 1, 8, edges=(1, 12))
+    T, V = d.size("T", 1, 8, edges=(1, 10)), d.size("V", 2, 30, edges=(2,))
+    config = GPTConfig(vocab_size=V, block_size=max(T, 2), n_layer=1, n_head=H, n_embd=H * head)
+    generator = d.generator("weights")  # weights larger than at initialization: the attention moves the output
+    state = {name: p.to(d.device) for name, p in random_gpt_state(config, generator, blocks=2.0).items()}
+    x = d.normal("x", (d.size("B", 1, 3, edges=(1,)), T, H * head), torch.float32)
+    idx = torch.randint(0, V, (1, max(T, 2)), generator=generator).to(d.device)  # the leak tests need T >= 2
+    return Case((config, state, x, idx), label=f"B={x.size(0)}, T={T}, n_head={H}, d={head}, x: {d.choices[-1].value}")
+
+
 CAUSAL_BLOCK = Task(
     id="ch4.causal_block", exercise=EXERCISE, reference=causal_block, cases=block_cases,
-    call=_call_block, compare=_compare_block,
+    call=_call_block, compare=_compare_block, contract=Contract(draw=block_draw, examples=4, grads=("x",)),
+    input_names=("config", "state", "x", "idx"),
     mutants={
         "no_mask": _block_mutant(mask=None),
         "no_scale": _block_mutant(scale=False),

@@ -11,7 +11,7 @@ import torch
 
 from ..causality import as_sequence, eval_mode, logits_of, vocab_size_of
 from ..gpt import GPTConfig
-from ..grader import Case, Task, watched_models
+from ..grader import Case, Contract, Task, watched_models
 from ..leaky import leaky_gpt
 from . import case_device
 from .ch4 import build_gpt, random_gpt_state
@@ -55,6 +55,26 @@ def model_cases(generator):
     return cases
 
 
+VARIANTS = tuple(dict.fromkeys(variant for variant, *_ in MODELS))
+
+
+def model_draw(d):
+    """Any of the case models (causal, leaky, with dropout in training mode, quiet leaks), T from 2 to 16,
+    token ids that include 0 and V - 1."""
+    variant = d.choice("model", VARIANTS)
+    T, V = d.size("T", 2, 12, edges=(2, 16)), d.size("V", 2, 30, edges=(3,))
+    H = d.size("n_head", 1, 4, edges=(1,))
+    config = GPTConfig(vocab_size=V, block_size=16, n_layer=d.size("n_layer", 1, 2, edges=(2,)), n_head=H,
+                       n_embd=H * d.size("d", 2, 8, edges=(4,)))
+    generator = d.generator("weights")
+    state = {k: v.to(d.device) for k, v in random_gpt_state(config, generator).items()}
+    idx = torch.randint(0, V, (1, T), generator=generator)
+    idx[0, torch.randint(T, (2,), generator=generator)] = torch.tensor([0, V - 1])
+    atol = ATOLS.get(variant) or d.choice("atol", (ATOL, 1e-3))
+    return Case((variant, config, state, idx.to(d.device)), {"atol": atol},
+                label=f"{variant}, T={T}, V={V}, atol={atol:g}")
+
+
 def build_model(variant, config, state, device):
     """The case's model, fresh for every call (a learner's model.eval() cannot outlive the call)."""
     if variant == "dropout":
@@ -81,7 +101,7 @@ def with_logit_offset(model, offset):
     head.weight = weight
     with torch.no_grad():
         head.bias.fill_(offset)
-    model.head = head.requires_grad_(False)
+    model.head = head.requires_grad_(False).train(model.training)  # in the model's mode, as its other modules
     return model
 
 
@@ -151,7 +171,9 @@ def _prefix_default_rtol(model, idx, atol=ATOL):
 
 
 def _loop_over_positions(model, idx, atol=ATOL):
-    """Correct: one changed sequence per forward pass, any new token, a list of pairs turned into a map."""
+    """Correct: one changed sequence per forward pass, any new token, a list of pairs turned into a map; the
+    model's mode put back by hand."""
+    was = model.training
     model.eval()
     T = idx.shape[-1]
     base = model(idx)[0][0]  # [T, V]
@@ -162,6 +184,7 @@ def _loop_over_positions(model, idx, atol=ATOL):
         diff = (model(other)[0][0] - base).abs().max(dim=-1).values  # [T]
         for t in range(s):
             leaks[t, s] = bool(diff[t] > atol)
+    model.train(was)
     return leaks
 
 
@@ -191,6 +214,7 @@ def _course_map(model, idx, atol=ATOL):
 
 PREFIX_LEAKS = Task(
     id="ch5.prefix_leaks", exercise=EXERCISE, reference=prefix_leaks, cases=model_cases, call=_call_with_model,
+    contract=Contract(draw=model_draw, examples=4), input_names=("model", "config", "state", "idx"),
     mutants={
         "no_eval": _prefix_mutant(train_mode=True),
         "with_diagonal": _prefix_mutant(keep="with_diagonal"),
@@ -268,15 +292,15 @@ def _cut_default_rtol(model, idx, atol=ATOL):
 
 
 def _cut_list(model, idx, atol=ATOL):
-    """Correct: a loop over (t, s) pairs with torch.allclose, one cut run per s."""
-    model.eval()
+    """Correct: a loop over (t, s) pairs with torch.allclose, one cut run per s, inside eval_mode."""
     T = idx.shape[1]
-    full = model(idx)[0][0]  # [T, V]
     leaks = [[False] * T for _ in range(T)]
-    for s in range(1, T):
-        part = model(idx[:, :s])[0][0]  # [s, V]
-        for t in range(s):
-            leaks[t][s] = not torch.allclose(part[t], full[t], rtol=0, atol=atol)
+    with eval_mode(model):
+        full = model(idx)[0][0]  # [T, V]
+        for s in range(1, T):
+            part = model(idx[:, :s])[0][0]  # [s, V]
+            for t in range(s):
+                leaks[t][s] = not torch.allclose(part[t], full[t], rtol=0, atol=atol)
     return torch.tensor(leaks, device=idx.device)
 
 
@@ -301,6 +325,7 @@ def _cut_shortest_first(model, idx, atol=ATOL):
 
 CUT_LEAKS = Task(
     id="ch5.cut_leaks", exercise=EXERCISE, reference=cut_leaks, cases=model_cases, call=_call_with_model,
+    contract=Contract(draw=model_draw, examples=4), input_names=("model", "config", "state", "idx"),
     mutants={
         "no_eval": _cut_mutant(train_mode=True),
         "keeps_token_s": _cut_mutant(cut="after_s"),

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..grader import Case, Task, watched_models
+from ..grader import Case, Contract, Task, watched_models
 from ..gpt import GPTConfig, KVCache, SelfAttention
 from ..multihead import merge_heads, split_heads
 from . import case_device
@@ -137,7 +137,8 @@ def _course_attend(attn, position_embedding, x, k_cache, v_cache):
     return attn.out_proj(merge_heads(attn.attend(q, k_cache, v_cache))), k_cache, v_cache
 
 
-def _step_mutant(position=None, order="append", causal=False, keep_old_v=False, attend_old=False):
+def _step_mutant(position=None, order="append", causal=False, keep_old_v=False, keep_old_k=False, attend_old=False,
+                 out_proj=True, scale=True):
     def step(attn, position_embedding, x, k_cache, v_cache):
         t = k_cache.size(-2) if position is None else position
         h = x[:, -1:] + (0 if t == "none" else position_embedding(torch.tensor([t], device=x.device)))
@@ -147,21 +148,43 @@ def _step_mutant(position=None, order="append", causal=False, keep_old_v=False, 
         else:
             k_all, v_all = torch.cat([k_cache, k], dim=-2), torch.cat([v_cache, v], dim=-2)
         keys, values = (k_cache, v_cache) if attend_old else (k_all, v_all)
-        out = F.scaled_dot_product_attention(q, keys, values, is_causal=causal)
-        return attn.out_proj(merge_heads(out)), k_all, v_cache if keep_old_v else v_all
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=causal, scale=None if scale else 1.0)
+        merged = merge_heads(out)
+        return (attn.out_proj(merged) if out_proj else merged), k_cache if keep_old_k else k_all, \
+            v_cache if keep_old_v else v_all
 
     return step
 
 
+def decode_draw(d):
+    """A layer of width H * d, a prompt of 1 token or more, 1 to 5 steps, x at scale 1 or 5 (float32)."""
+    H, head = d.size("H", 1, 4, edges=(1,)), d.size("d", 1, 8, edges=(1, 16))
+    B, prompt, steps = d.size("B", 1, 3, edges=(1,)), d.size("prompt", 1, 8, edges=(1, 40)), d.size("steps", 1, 4, edges=(1,))
+    D = H * head
+    generator = d.generator("weights")
+    state = {f"{name}.weight": (torch.randn(D, D, generator=generator) / math.sqrt(D)).to(d.device)
+             for name in ("q_proj", "k_proj", "v_proj", "out_proj")}
+    positions = torch.randn(prompt + steps, D, generator=generator).to(d.device)
+    x = torch.randn(B, prompt + steps, D, generator=generator) * d.choice("scale", (1.0, 5.0))
+    return Case((state, positions, x.to(d.device), prompt, H),
+                label=f"B={B}, prompt={prompt}, steps={steps}, D={D}, H={H}")
+
+
 DECODE_STEP = Task(
     id="ch6.decode_step", exercise=EXERCISE, reference=decode_step, cases=decode_cases, call=_run_decode,
+    contract=Contract(draw=decode_draw, examples=4), output_names=("out", "k_cache", "v_cache"),
+    input_names=("state", "positions", "x", "prompt", "n_head"),
     mutants={
         "wrong_order": _step_mutant(order="prepend"),
         "top_left": _step_mutant(causal=True),
         "positions_from_zero": _step_mutant(position=0),
         "no_position": _step_mutant(position="none"),
+        "caches_not_appended": _step_mutant(keep_old_k=True, keep_old_v=True),
+        "keys_not_appended": _step_mutant(keep_old_k=True),
         "values_not_appended": _step_mutant(keep_old_v=True),
         "old_cache_only": _step_mutant(attend_old=True),
+        "no_out_proj": _step_mutant(out_proj=False),
+        "unscaled": _step_mutant(scale=False),
     },
     course_copies=("attnlab.gpt.SelfAttention.forward",),  # its attend (attention over the keys) is fine
     alternatives=[_recompute_everything, _einsum_preallocated, _course_attend],
@@ -182,8 +205,14 @@ def mask_cases(generator):
             for T_q, T_kv in [(1, 6), (3, 7), (4, 4), (2, 9), (5, 8), (3, 80)]]  # T_kv = 80: no 64-key mask kept  # the notebook shows (2, 4)
 
 
+def decode_mask_draw(d):
+    T_kv = d.size("T_kv", 1, 200, edges=(1, 2, 65, 300))
+    return Case((d.size("T_q", 1, T_kv, edges=(1, T_kv)), T_kv))
+
+
 DECODE_MASK = Task(
     id="ch6.decode_mask", exercise=EXERCISE, reference=decode_mask, cases=mask_cases,
+    contract=Contract(draw=decode_mask_draw),
     course_copies=("attnlab.masks.causal_allowed_from_indices", "attnlab.mask_builder.build_mask",
                    "attnlab.mask_builder.batch_mask"),
     mutants={
@@ -246,8 +275,25 @@ def _bytes(factor=2, layers=True, batch=True, width="head_dim", length="seq_len"
     return count
 
 
+def bytes_draw(d):
+    """A model up to a real one's size (96 layers, 128 heads, a context of 131072, a batch of 64: counts far
+    above 2**31), heads shared (GQA, MQA) or not, any float dtype."""
+    head_dim = d.size("head_dim", 1, 128, edges=(1, 64, 128))
+    H = d.size("n_head", 1, 32, edges=(1, 128))
+    H_kv = d.choice("kv", ("all", "one", "some"))
+    H_kv = {"all": None, "one": 1, "some": max(h for h in range(1, H + 1) if H % h == 0 and (h < H or H == 1))}[H_kv]
+    config = GPTConfig(vocab_size=100, block_size=131072, n_layer=d.size("n_layer", 1, 32, edges=(1, 96)),
+                       n_head=H, n_embd=H * head_dim, n_kv_head=H_kv)
+    B, T = d.size("batch_size", 1, 16, edges=(1, 64)), d.size("seq_len", 1, 4096, edges=(1, 131072))
+    dtype = d.choice("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+    kv = "" if H_kv is None else f"n_kv_head={H_kv}, "
+    return Case((config, B, T, dtype), label=f"n_layer={config.n_layer}, n_head={H}, {kv}n_embd={config.n_embd}, "
+                                             f"batch_size={B}, seq_len={T}, {str(dtype).removeprefix('torch.')}")
+
+
 KV_CACHE_BYTES = Task(
     id="ch6.kv_cache_bytes", exercise=EXERCISE, reference=kv_cache_bytes, cases=bytes_cases,
+    contract=Contract(draw=bytes_draw), input_names=("config", "batch_size", "seq_len", "dtype"),
     course_copies=("attnlab.gpt.KVCache.nbytes",),
     mutants={
         "no_factor_2": _bytes(factor=1),
@@ -263,8 +309,6 @@ KV_CACHE_BYTES = Task(
         lambda config, B, T, dtype: 2 * config.n_layer * B * T * config.kv_heads * config.head_dim * dtype.itemsize,
         lambda config, B, T, dtype: torch.empty(0, dtype=dtype).element_size() * 2 * math.prod(
             (config.n_layer, B, config.kv_heads, T, config.n_embd // config.n_head)),
-        lambda config, B, T, dtype: float(2 * config.n_layer * B * (config.n_kv_head or config.n_head) * config.head_dim
-                                          * T * torch.finfo(dtype).bits / 8),
     ],
 )
 

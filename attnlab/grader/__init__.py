@@ -32,13 +32,14 @@ The mutants stay beside each task in ``attnlab/exercises/chN.py`` (or its module
 """
 
 from .compare import BLOCKED_AT_MOST, compare_outputs, compare_values, same_output
+from .contract import LAYOUTS, VIEWABLE, Contract, Draw
 from .judge import DEFAULT_TIME_LIMIT, grade
 from .model import Case, Failure, Problem, Refusal, Result, Task, note, task_title, watched_models
 from .notebook import LOG_ENV, check, report_text, summary
 from .timelimit import TimeLimitExceeded, call_with_time_limit
 from .cli import grade_notebook, main, notebook_report  # noqa: E402 - after what it uses
 
-__all__ = ["BLOCKED_AT_MOST", "Case", "DEFAULT_TIME_LIMIT", "Failure", "LOG_ENV", "Problem", "Refusal", "Result", "Task",
+__all__ = ["BLOCKED_AT_MOST", "Case", "Contract", "Draw", "LAYOUTS", "VIEWABLE", "DEFAULT_TIME_LIMIT", "Failure", "LOG_ENV", "Problem", "Refusal", "Result", "Task",
            "note", "watched_models",
            "TimeLimitExceeded", "call_with_time_limit", "check", "compare_outputs", "compare_values",
            "grade", "grade_notebook", "main", "notebook_report", "report_text", "same_output", "summary",

@@ -75,7 +75,7 @@ def grade_notebook(path, cell_timeout: int = 120) -> dict:
             results[task_id] = found[task_id]
         else:
             task = find_task(task_id)
-            n = len(task.make_cases()) if task is not None else 0
+            n = task.points() if task is not None else 0
             results[task_id] = Result(task_id, 0, n, problem=unfinished_check(nb, task_id, cell_timeout))
     return {"notebook": str(path), "exercise": exercise, "language": lang,
             "points": sum(r.points for r in results.values()), "total": sum(r.total for r in results.values()),

@@ -52,11 +52,9 @@ def _model_output(x: Any) -> bool:
 
 
 def _plain(x: Any) -> Any:
-    """Python values for comparison: tuples -> lists, 0-d tensors and integral floats -> numbers."""
+    """Python values for comparison: tuples -> lists, 0-d tensors -> numbers."""
     if isinstance(x, torch.Tensor) and x.dim() == 0:
         x = x.item()
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     return x
@@ -71,7 +69,12 @@ def _first_difference(expected: Any, got: Any, where: str = "") -> tuple[str, An
             if found:
                 return found
         return None
-    return None if expected == got else (where, expected, got)
+    if expected == got:
+        if (isinstance(expected, int) and not isinstance(expected, bool) and isinstance(got, float)
+                and not isinstance(got, bool)):
+            return ("float:" + where, expected, got)  # the right number, as a float where an int is asked
+        return None
+    return (where, expected, got)
 
 
 def _holds_tensors(x: Any) -> bool:
@@ -91,8 +94,16 @@ def _is_additive_mask(x: torch.Tensor, expected: torch.Tensor) -> bool:
         return False
 
 
-def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Problem | None:
-    """None when ``got`` is right; else the first thing that is wrong."""
+def returned(n: int, total: int, names: tuple[str, ...] = ()) -> Problem:
+    """Returned value ``n`` (0-based) of ``total``, by its name where the task gives one (``k_cache``)."""
+    if n < len(names) and len(names) == total:
+        return Problem("grader.returned_named", {"name": names[n]})
+    return Problem("grader.returned_item", {"n": n + 1, "total": total})
+
+
+def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1e-4,
+                    names: tuple[str, ...] = ()) -> Problem | None:
+    """None when ``got`` is right; else the first thing that is wrong (``names``: of the returned values)."""
     if got is None and expected is not None:
         return Problem("grader.none")
     if isinstance(expected, torch.Tensor):
@@ -120,7 +131,8 @@ def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1
         for n, (e, g) in enumerate(zip(expected, got)):
             problem = compare_outputs(e, g, atol, rtol)
             if problem is not None:
-                return Problem("grader.returned_item", {"n": n + 1, "total": len(expected)}, detail=problem)
+                item = returned(n, len(expected), names)
+                return Problem(item.key, item.params, detail=problem)
         return None
     outputs = [g for g in (got if isinstance(got, (list, tuple)) else [got]) if _model_output(g)]
     if outputs and not any(_model_output(e) for e in (expected if isinstance(expected, (list, tuple)) else [expected])):
@@ -132,6 +144,8 @@ def compare_outputs(expected: Any, got: Any, atol: float = 1e-5, rtol: float = 1
     if found is None:
         return None
     where, e, g = found
+    if where.startswith("float:"):
+        return Problem("grader.float_for_int", {"index": where.removeprefix("float:") or "", "got": _short(g)})
     if where == "len":
         return Problem("grader.length", {"expected": e, "got": g})
     if where:

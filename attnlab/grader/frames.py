@@ -41,6 +41,28 @@ def _learner_file(filename: str) -> bool:
     return _KIND[filename]
 
 
+_GRADER = os.path.join(_COURSE, "grader") + os.sep
+_FRAME_KINDS: dict[str, str] = {}
+
+
+def frame_kind(filename: str) -> str:
+    """``"learner"``, ``"course"`` (attnlab, the grader's chapter modules included), ``"grader"`` (attnlab/grader)
+    or ``"library"`` (torch, site-packages, the standard library, frozen modules): whose code runs in a frame."""
+    kind = _FRAME_KINDS.get(filename)
+    if kind is None:
+        real = _real_path(filename)
+        if real.startswith(_GRADER):
+            kind = "grader"
+        elif real.startswith(_COURSE + os.sep):
+            kind = "course"
+        elif real.startswith(_TORCH) or real.startswith(_LIBRARIES) or filename.startswith("<frozen"):
+            kind = "library"
+        else:
+            kind = "learner"
+        _FRAME_KINDS[filename] = kind
+    return kind
+
+
 def _called_by_learner(frame) -> bool:
     """Is ``frame`` (the function called) called from the learner's code, directly or through torch
     (``module(x)`` runs ``forward`` from torch's ``Module.__call__``)?"""

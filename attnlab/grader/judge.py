@@ -16,18 +16,20 @@ What a call does besides returning is watched by :mod:`.watch` (whose frames are
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any, Callable
 
-import torch
-
-from .compare import _holds_tensors, _type_name, _value, compare_outputs, same_output
-from .course_copies import _may_call_course, course_copy_codes
+from .compare import _type_name, _value, returned, same_output
+from .course_copies import handed_in, protected
+from .drawn import DrawnInputs, run_seed
+from .frames import frame_kind
 from .learner_function import _keeps_tensors
+from .mistakes import MistakeNames
 from .model import Case, Failure, Problem, Refusal, Result, Task, noting
 from .tensors import _nan_pattern, _tensors, _to_device
 from .timelimit import TimeLimitExceeded, call_with_time_limit
-from .watch import Watch, _changed, _ForbiddenApis, _Guard, input_names
+from .watch import Watch, _changed, _ForbiddenApis, _ForbiddenOps, _Guard, input_names
 
 DEFAULT_TIME_LIMIT = 10.0  # seconds per call of the learner's function
 PROBE_DEVICE = "meta"
@@ -35,34 +37,37 @@ DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on th
 _OUTPUTS: dict[tuple[str, int, str], tuple[bool, Any]] = {}  # (task, case, mutant, "", "~twin" or "~meta"): output
 
 
-class Grader:
+class Grader(MistakeNames):
     """The learner's function ``fn`` on the cases of ``task``."""
 
-    def __init__(self, task: Task, fn: Callable, time_limit: float):
+    def __init__(self, task: Task, fn: Callable, time_limit: float, seed: int | None = None):
         self.task, self.fn, self.time_limit = task, fn, time_limit
+        self.seed = run_seed(seed)  # the drawn inputs' (drawn.py)
         self.probe_meta = task.device_probe  # off once the reference cannot run on meta
-        self.codes = course_copy_codes(task) if _may_call_course(fn, task) else {}
+        self.protected = protected(task)
 
     def call(self, case: Case, seed: int | None = None, watch: Watch | None = None,
              args: tuple | None = None, kwargs: dict | None = None) -> Any:
         """The learner's function on ``case`` under the time limit; ``watch`` collects what else it did."""
         task = self.task
         found: list[str] = []
-        mode = _ForbiddenApis(task.forbidden, found) if task.forbidden else None
+        modes = ([_ForbiddenApis(task.forbidden, found)] if task.forbidden else []) + \
+            ([_ForbiddenOps(task.forbidden_ops, found)] if task.forbidden_ops else [])
         side: list[Problem] = []
-        guard = _Guard(self.codes, side)
-        around = lambda call: call_with_time_limit(lambda: guard(call), self.time_limit)  # noqa: E731
+        guard = _Guard(self.protected, side)
+        # the guard outside the time limit: what it puts back after the call cannot be cut short by the limit
+        around = lambda call: guard(lambda: call_with_time_limit(call, self.time_limit))  # noqa: E731
         with noting() as noted:
             try:
-                if mode is not None:
-                    with mode:  # entered and left outside the time limit: the mode stack stays sound
-                        got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around, learner=True)
-                else:
+                with contextlib.ExitStack() as stack:  # the modes entered and left outside the time limit
+                    for mode in modes:
+                        stack.enter_context(mode)
                     got, after, _ = task.run_with_inputs(self.fn, case, seed, args, kwargs, around, learner=True)
             finally:
                 if watch is not None:
                     for problem in [*side, *noted]:
                         watch.add(problem)
+        self.last_args = after  # the arguments as the function left them (kept: a later call may still edit them)
         if watch is not None:
             before = case.args if args is None else args
             if not task.inputs_may_change:
@@ -82,93 +87,11 @@ class Grader:
         message = str(error).strip().splitlines()[0] if str(error).strip() else ""
         if len(message) > 160:
             message = message[:159] + "…"
+        where = learner_line(error)
+        if where is not None:
+            key = "grader.raised_at" if where["code"] else "grader.raised_line"
+            return Problem(key, {"error": type(error).__name__, "message": message, **where})
         return Problem("grader.raised", {"error": type(error).__name__, "message": message})
-
-    # --- the mistakes an output shows
-    def output_of(self, name: str, fn: Callable, case: Case, index: int) -> Any:
-        return output_of(self.task, name, fn, case, index)
-
-    def mutant_outputs(self, case: Case) -> dict[str, Any]:
-        outputs = {}
-        for name, mutant in self.task.mutants.items():
-            try:
-                outputs[name] = self.output_of(name, mutant, case, self.index[id(case)])
-            except Exception:  # noqa: BLE001 - a mutant that cannot run on this case says nothing
-                continue
-        return outputs
-
-    def nan_fits(self, name: str, cases: list[Case], outputs: list[Any], called: list[bool]) -> bool:
-        """Is the mutant ``name`` NaN exactly where the learner's output is, on every case both ran?"""
-        mutant = self.task.mutants[name]
-        for j, case in enumerate(cases):
-            if case.judge is not None or not called[j]:
-                continue
-            try:
-                wrong = self.output_of(name, mutant, case, j)
-            except Exception:  # noqa: BLE001 - a mutant that cannot run on this case says nothing here
-                continue
-            mine, theirs = _nan_pattern(outputs[j]) or [], _nan_pattern(wrong) or []
-            if len(mine) != len(theirs) or any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(mine, theirs)):
-                return False
-        return True
-
-    def mutant_matches(self, case: Case, reference: Any, got: Any) -> list[str]:
-        return [name for name, wrong in self.mutant_outputs(case).items()
-                if not same_output(wrong, reference) and same_output(got, wrong)]
-
-    def additive_mask(self, case: Case, reference: Any, got: torch.Tensor, problem: Problem) -> Problem:
-        """An additive mask where a bool one is asked: read it as a bool mask (0 = may read) and
-        name what else is wrong with that pattern, if anything."""
-        allowed = got == 0
-        again = compare_outputs(reference, allowed, self.task.atol, self.task.rtol)
-        if again is None:
-            return problem
-        names = self.mutant_matches(case, reference, allowed)
-        other = Problem(f"grader.mutant.{self.task.id}.{names[0]}") if names else again
-        return Problem(problem.key, problem.params, problem.detail, [other])
-
-    def item_mutants(self, case: Case, reference: Any, got: Any) -> list[tuple[int, str]]:
-        """Several returned values: the mistake each wrong one shows alone, ``[(item, name)]``."""
-        if not (_holds_tensors(reference) and isinstance(got, (list, tuple)) and len(got) == len(reference)):
-            return []
-        outputs = self.mutant_outputs(case)
-        found = []
-        for n, (e, g) in enumerate(zip(reference, got)):
-            if same_output(e, g):
-                continue
-            for name, wrong in outputs.items():
-                if (isinstance(wrong, (list, tuple)) and len(wrong) == len(reference)
-                        and not same_output(wrong[n], e) and same_output(wrong[n], g)):
-                    found.append((n, name))
-                    break
-            else:
-                found.append((n, None))  # wrong, but like no known mistake
-        return found if any(name for _, name in found) else []
-
-    def items_problem(self, task: Task, reference: Any, got: Any, named: list, problem: Problem) -> Problem:
-        """One problem per wrong returned value: its mistake's name, or what is wrong with it."""
-        problems = []
-        for n, name in named:
-            if name is not None:
-                problems.append(Problem(f"grader.mutant.{task.id}.{name}"))
-            else:
-                inner = compare_outputs(reference[n], got[n], task.atol, task.rtol)
-                problems.append(Problem("grader.returned_item", {"n": n + 1, "total": len(reference)}, detail=inner))
-        first = next(i for i, (_, name) in enumerate(named) if name is not None)
-        main = problems.pop(first)
-        return Problem(main.key, main.params, problem, problems)
-
-    def random_answer(self, case: Case, problem: Problem, got: Any) -> bool:
-        innermost = problem
-        while innermost.key == "grader.returned_item" and innermost.detail is not None:
-            innermost = innermost.detail
-        if innermost.key not in ("grader.values", "grader.values_exact", "grader.nan"):
-            return False
-        try:
-            again = self.call(case, case.seed + 1)
-        except BaseException:  # noqa: BLE001
-            return False
-        return again is not None and not same_output(got, again, atol=0, rtol=0)
 
     # --- the device probe
     def device_problem(self, case: Case) -> Problem | None:
@@ -200,6 +123,8 @@ class Grader:
             return None  # meta cannot run it (values read): not held against the learner
         for tensor in _tensors(got):
             if tensor.device.type != PROBE_DEVICE:
+                if _keeps_tensors(self.fn):  # a result kept from an earlier call, on that call's device
+                    return Problem("grader.memoized_device")
                 return Problem("grader.device_mix_output", {"got": str(tensor.device)})
         return None
 
@@ -346,7 +271,40 @@ class Grader:
                 else:
                     problems[i].also.extend(more)
         failures = [Failure(n + 1, case.label, p) for n, (case, p) in enumerate(zip(cases, problems)) if p is not None]
-        return Result(task.id, len(cases) - len(failures), len(cases), failures)
+        total = len(cases)
+        if task.contract is not None:  # the drawn inputs (and the gradients): once every case above passed
+            points = [("drawn", None, "")] + ([("grads", None, "")] if task.contract.grads else [])
+            if failures:
+                points = [(what, Problem("grader.drawn_skipped"), "") for what, _, _ in points]
+            else:
+                history = [("grader.memoized_case", n + 1, got, want) for n, (got, want, ok) in
+                           enumerate(zip(outputs, expected, called)) if ok and cases[n].judge is None]
+                drawn, label, grads, grads_label = DrawnInputs(self, self.seed, history).run()
+                points = [("drawn", drawn, label)] + ([("grads", grads, grads_label)] if task.contract.grads else [])
+            for what, problem, label in points:
+                total += 1
+                if problem is not None:
+                    failures.append(Failure(total, label, problem, drawn=what))
+        return Result(task.id, total - len(failures), total, failures)
+
+
+def learner_line(error: BaseException) -> dict | None:
+    """``{"line": n, "code": "..."}``: the innermost line of the learner's own code in ``error``'s traceback
+    (a notebook cell's line number, as Jupyter shows it), or None when the learner's code is not in it."""
+    import linecache
+
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        if frame_kind(tb.tb_frame.f_code.co_filename) == "learner":
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return None
+    code = linecache.getline(found.tb_frame.f_code.co_filename, found.tb_lineno).strip()
+    if len(code) > 80:
+        code = code[:79] + "…"
+    return {"line": found.tb_lineno, "code": code}
 
 
 def output_of(task: Task, name: str, fn: Callable, case: Case, index: int) -> Any:
@@ -376,7 +334,7 @@ def _twin_cases(task: Task) -> list[Case]:
     return _TWINS[task.id]
 
 
-def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT) -> Result:
+def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT, seed: int | None = None) -> Result:
     """Grade ``fn`` on the cases of task ``task_id``; never raises (except KeyboardInterrupt)."""
     from ..exercises import all_tasks, find_task
 
@@ -385,8 +343,12 @@ def grade(task_id: str, fn: Any, time_limit: float = DEFAULT_TIME_LIMIT) -> Resu
         return Result(task_id, 0, 0, problem=Problem("grader.unknown_task", {
             "task": task_id, "tasks": ", ".join(sorted(all_tasks()))}))
     if not callable(fn):
-        return Result(task_id, 0, len(task.make_cases()), problem=Problem("grader.not_callable", {"got": _type_name(fn)}))
-    from .model import default_dtype
+        return Result(task_id, 0, task.points(), problem=Problem("grader.not_callable", {"got": _type_name(fn)}))
+    from . import state
 
-    with default_dtype():  # the cases and references in float32, whatever a notebook cell set
-        return Grader(task, fn, time_limit).grade()
+    with state.clean():  # the cases and references in float32 on the CPU, whatever a notebook cell set
+        grader = Grader(task, fn, time_limit, seed)
+        name = handed_in(fn, grader.protected)
+        if name is not None:  # the grader's answer (or the course's copy) itself handed in
+            return Result(task_id, 0, task.points(), problem=Problem("grader.course_copy", {"name": name}))
+        return grader.grade()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from ..i18n import tr
+from .contract import Contract, same_layout_clone  # noqa: F401 - Contract: the type of Task.contract
 
 
 @dataclass
@@ -56,6 +57,19 @@ class Task:
     a call of one of them from the learner's code costs the case its point (``grader.course_copy``). The
     grader's own references (``attnlab.exercises``) are refused in every task."""
     repeat: bool = True  # call once more on a case with the same shapes and new values (a result kept between calls shows)
+    contract: "Contract | None" = None
+    """The task's domain and promises (:class:`attnlab.grader.contract.Contract`): inputs drawn from it on every
+    check, called in a row, compared again after the later calls, shrunk when one fails; worth one point, and one
+    more for the gradients where it names inputs that must get them."""
+    output_names: tuple[str, ...] = ()  # names of the returned values in messages ("out", "k_cache", "v_cache")
+    forbidden_ops: dict[str, Callable[[Any, tuple, dict], bool]] = field(default_factory=dict)
+    """Like ``forbidden``, but tested on every ATen operator the call runs (``torch.ops.aten...`` and any route
+    to it): ``{name: test(op, args, kwargs)}``, message ``grader.forbidden.<id>.<name>``."""
+
+    def points(self) -> int:
+        """The task's points: one per case, one for the drawn inputs, one for the gradients."""
+        extra = 0 if self.contract is None else 1 + bool(self.contract.grads)
+        return len(self.make_cases()) + extra
 
     def run(self, fn: Callable, case: Case, seed: int | None = None) -> Any:
         return self.run_with_inputs(fn, case, seed)[0]
@@ -63,7 +77,7 @@ class Task:
     def run_with_inputs(self, fn: Callable, case: Case, seed: int | None = None,
                         args: tuple | None = None, kwargs: dict | None = None,
                         around: Callable[[Callable[[], Any]], Any] | None = None,
-                        learner: bool = False) -> tuple[Any, tuple, dict]:
+                        learner: bool = False, grad: bool = False) -> tuple[Any, tuple, dict]:
         """``(output, args, kwargs)``: the arguments as the function left them (fresh copies of the
         case's, or of ``args``/``kwargs``); ``around(call)`` wraps the call (the time limit)."""
         args = clone(case.args if args is None else args)
@@ -71,9 +85,9 @@ class Task:
         caller = self.call or (lambda f, *a, **k: f(*a, **k))
         # The learner's code runs with gradients on, as in a notebook cell (an answer may use autograd);
         # the reference and the mutants without (``learner=False``), on the torch the course imported.
-        grad = torch.enable_grad() if learner else torch.no_grad()
+        grad_mode = torch.enable_grad() if learner or grad else torch.no_grad()
         pristine = contextlib.nullcontext() if learner else pristine_torch()
-        with rng_forked(), grad, pristine, default_dtype(), warnings.catch_warnings():
+        with rng_forked(), grad_mode, pristine, default_dtype(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             seed_rng(case.seed if seed is None else seed)
             call = lambda: caller(fn, *args, **kwargs)  # noqa: E731
@@ -84,7 +98,7 @@ class Task:
 
         if self.compare is not None:
             return self.compare(expected, got)
-        return compare_outputs(expected, got, atol=self.atol, rtol=self.rtol)
+        return compare_outputs(expected, got, atol=self.atol, rtol=self.rtol, names=self.output_names)
 
     def make_cases(self, seed: int | None = None) -> list[Case]:
         """The cases; with another ``seed``, cases of the same sizes and new values. They are the same on every
@@ -236,9 +250,10 @@ def rng_forked():
 
 
 def clone(value: Any) -> Any:
-    """Fresh copies of every tensor, so a learner's in-place edit cannot change a case."""
+    """Fresh copies of every tensor, so a learner's in-place edit cannot change a case; a tensor keeps its
+    layout (a slice, a transposed or strided view stays one: the contract's inputs come in such layouts)."""
     if isinstance(value, torch.Tensor):
-        return value.clone()
+        return same_layout_clone(value)
     if isinstance(value, (list, tuple)):
         return type(value)(clone(v) for v in value)
     if isinstance(value, dict):
@@ -288,8 +303,12 @@ class Failure:
     case: int  # 1-based
     label: str
     problem: Problem
+    drawn: str = ""  # "drawn": the point of the inputs drawn from the contract; "grads": of the gradients
 
     def text(self, lang: str | None = None) -> str:
+        if self.drawn:
+            key = f"grader.case_{self.drawn}" + ("" if self.label else "_bare")
+            return tr(key, lang=lang, n=self.case, case=self.label, problem=self.problem.text(lang))
         return tr("grader.case", lang=lang, n=self.case, case=self.label, problem=self.problem.text(lang))
 
 
@@ -324,13 +343,14 @@ class Result:
 
     def as_dict(self) -> dict:
         return {"task": self.task, "points": self.points, "total": self.total,
-                "failures": [{"case": f.case, "label": f.label, "problem": f.problem.as_dict()}
+                "failures": [{"case": f.case, "label": f.label, "problem": f.problem.as_dict(), "drawn": f.drawn}
                              for f in self.failures],
                 "problem": self.problem.as_dict() if self.problem else None}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Result":
-        failures = [Failure(f["case"], f["label"], Problem.from_dict(f["problem"])) for f in data["failures"]]
+        failures = [Failure(f["case"], f["label"], Problem.from_dict(f["problem"]), f.get("drawn", ""))
+                    for f in data["failures"]]
         problem = Problem.from_dict(data["problem"]) if data.get("problem") else None
         return cls(data["task"], data["points"], data["total"], failures, problem)
 
@@ -344,17 +364,30 @@ def task_title(task_id: str, lang: str | None = None) -> str:
 
 @contextlib.contextmanager
 def watched_models(*models):
-    """Around the learner's use of the models a task hands over: a module switched from eval to
-    training mode (``grader.left_in_training``) or a weight changed (``grader.changed_weights``) is
-    noted. A model handed over in training mode may come back in eval mode (that is what a test does)."""
+    """Around the learner's use of the models a task hands over: a module switched from eval to training mode
+    (``grader.left_in_training``) or from training to eval mode (``grader.left_in_eval``: the caller's training
+    would go on without dropout; ``eval_mode(model)`` restores the mode), a setting of a module changed
+    (``Dropout.p`` set to 0: ``grader.changed_model_attribute``) or a weight changed (``grader.changed_weights``)
+    is noted."""
     modes = [[m.training for m in model.modules()] for model in models]
+    settings = [[_settings(m) for m in model.modules()] for model in models]
     states = [{k: v.detach().clone() for k, v in model.state_dict().items()} for model in models]
     try:
         yield
     finally:
-        for model, before, state in zip(models, modes, states):
-            if any(m.training and not was for m, was in zip(model.modules(), before)):
+        for model, before, state, was in zip(models, modes, states, settings):
+            if any(m.training and not then for m, then in zip(model.modules(), before)):
                 note(Problem("grader.left_in_training"))
+            elif any(then and not m.training for m, then in zip(model.modules(), before)):
+                note(Problem("grader.left_in_eval"))
+            for (name, module), old in zip(model.named_modules(), was):
+                new = _settings(module)
+                changed = [key for key in old if new.get(key, _MISSING) != old[key]]
+                if changed:
+                    note(Problem("grader.changed_model_attribute", {
+                        "name": f"{name}.{changed[0]}" if name else changed[0], "before": old[changed[0]],
+                        "after": new.get(changed[0], "-")}))
+                    break
             now = model.state_dict()
             for name, value in state.items():
                 current = now.get(name)
@@ -363,3 +396,9 @@ def watched_models(*models):
                 if current is None or current.shape != value.shape or not torch.equal(current.detach(), value):
                     note(Problem("grader.changed_weights", {"name": name}))
                     break
+
+
+def _settings(module) -> dict:
+    """A module's plain settings (``p`` of a Dropout, ``eps`` of a norm), not its mode."""
+    return {k: v for k, v in vars(module).items()
+            if isinstance(v, (bool, int, float, str)) and k != "training" and not k.startswith("_")}

@@ -58,7 +58,7 @@ def report_text(results: dict[str, Result | None], lang: str) -> str:
     for task_id, result in results.items():
         if result is None:
             task = find_task(task_id)
-            n = len(task.make_cases()) if task is not None else 0
+            n = task.points() if task is not None else 0
             result = Result(task_id, 0, n, problem=Problem("grader.not_checked"))
         points += result.points
         total += result.total

@@ -12,8 +12,11 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from .frames import _called_by_learner, _learners_subclass
+from . import state
+from .course_copies import Traps
+from .frames import _called_by_learner
 from .model import Case, Problem, Task, patched_names, restore_torch, torch_attributes
 
 
@@ -42,11 +45,12 @@ _SEEDERS = (("torch", "manual_seed"), ("torch", "seed"), ("torch", "set_rng_stat
 
 
 class _Guard:
-    """Around one learner's call: torch's namespaces, the default dtype and the global RNG as they
-    were (what changed is named and put back), and calls of the course's copy of the task."""
+    """Around one learner's call: torch's namespaces and global state (default dtype and device, grad mode,
+    threads, the generator's seed, function modes left entered) as they were (what changed is named and put
+    back), and the course's copies of the task refused in every thread (:mod:`.course_copies`)."""
 
-    def __init__(self, codes: dict, found: list[Problem]):
-        self.codes, self.found = codes, found
+    def __init__(self, protected: dict, found: list[Problem]):
+        self.protected, self.found = protected, found
 
     def _add(self, problem: Problem) -> None:
         if all(p.key != problem.key for p in self.found):
@@ -70,33 +74,20 @@ class _Guard:
             if original is not None:
                 seeders.append((module, name, original))
                 setattr(module, name, self._seeder(module, name, original))
-        before, dtype = torch_attributes(), torch.get_default_dtype()
-        codes = self.codes
-
-        def profile(frame, event, arg):
-            if event == "call" and frame.f_code in codes and (_called_by_learner(frame) or _learners_subclass(frame)):
-                self._add(Problem("grader.course_copy", {"name": codes[frame.f_code]}))
-
-        def profiled():
-            old = sys.getprofile()
-            sys.setprofile(profile)
-            try:
-                return call()
-            finally:
-                sys.setprofile(old)
-
+        before, settings = torch_attributes(), state.snapshot()
         try:
-            return profiled()
+            with Traps(self.protected, self.found):
+                return call()
         finally:
             patched = patched_names(before)
             if patched:
                 self._add(Problem("grader.patched_torch", {"name": patched[0]}))
                 restore_torch(before)
-            if torch.get_default_dtype() != dtype:
-                self._add(Problem("grader.changed_default_dtype", {"dtype": str(torch.get_default_dtype())}))
-                torch.set_default_dtype(dtype)
             for module, name, original in seeders:
                 setattr(module, name, original)
+            for problem in state.changes(settings):
+                self._add(problem)
+            state.restore(settings)
 
 
 class _ForbiddenApis(TorchFunctionMode):
@@ -105,6 +96,25 @@ class _ForbiddenApis(TorchFunctionMode):
         self.tests, self.found = tests, found
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for name, test in self.tests.items():
+            if name not in self.found:
+                try:
+                    if test(func, args, kwargs):
+                        self.found.append(name)
+                except Exception:  # noqa: BLE001 - a test that cannot read this call says nothing
+                    pass
+        return func(*args, **kwargs)
+
+
+class _ForbiddenOps(TorchDispatchMode):
+    """``Task.forbidden_ops``: tested on every ATen operator the call runs, whatever route reached it."""
+
+    def __init__(self, tests: dict[str, Callable], found: list[str]):
+        super().__init__()
+        self.tests, self.found = tests, found
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         for name, test in self.tests.items():
             if name not in self.found:

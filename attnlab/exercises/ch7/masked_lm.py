@@ -4,19 +4,19 @@ since it is random) and the MLM loss on the chosen positions only (``mlm_loss``)
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...grader import Case, Problem, Task, note
+from ...grader import Case, Contract, Problem, Task, note
+from ...grader.state import grader_seed
 from ...mlm import mlm_corrupt
 from .. import case_device
+from .statistics import IGNORE, LARGE, MUTANT, RATE, SHARES, SOME, Z, _bert_judge, _structure  # noqa: F401
 
 EXERCISE = "07-bidirectional-attention"
-IGNORE = -100  # F.cross_entropy's ignore_index: no loss at this position
 
 
 # --------------------------------------------------------------------------
@@ -25,10 +25,6 @@ IGNORE = -100  # F.cross_entropy's ignore_index: no loss at this position
 #    a random token of the vocabulary (10%) or stays (10%); labels hold the original
 #    token at chosen positions and -100 elsewhere. Random, so graded by its statistics.
 
-RATE, SHARES = 0.15, (0.8, 0.1, 0.1)  # chosen; of the chosen: [MASK], random, unchanged
-Z = 6.0  # a share may stray this many standard errors from its expected value
-LARGE = 4000  # from this many positions on, the shares are checked
-SOME = 20  # from this many positions on, "every position chosen" counts as a mistake
 
 
 def bert_corrupt(ids, mask_id, vocab_size, generator):
@@ -44,168 +40,32 @@ def bert_corrupt(ids, mask_id, vocab_size, generator):
 def _call_corrupt(fn, ids, mask_id, vocab_size):
     """A generator seeded from the case's seed: the same draws on every run, other draws per seed."""
     seed = int(torch.randint(0, 2**62, ()).item())  # task.run seeds the global RNG first
-    torch.manual_seed(int.from_bytes(os.urandom(7), "little"))  # draws from the global RNG differ per call
+    grader_seed(int.from_bytes(os.urandom(7), "little"))  # draws from the global RNG differ per call
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     out = fn(ids, mask_id, vocab_size, generator)
     if generator.initial_seed() != seed:  # generator.manual_seed(...) inside: every call draws alike
         note(Problem("grader.ch7.bert_corrupt.reseeds_generator"))
+    elif ids.numel() >= SAME_CHECKED and _structure(ids, out) is None:
+        # the same generator again, going on where it stopped (the next epoch): other positions
+        again = fn(ids, mask_id, vocab_size, generator)
+        if _structure(ids, again) is None and torch.equal(again[1], out[1]):
+            note(Problem("grader.ch7.bert_corrupt.same_each_call"))
     return out
 
 
-def _percent(x):
-    """A share in percent, as a number: each language's message formats it (de "80.0 %" with
-    its space, en and zh "80.0%")."""
-    return 100 * float(x)
+SAME_CHECKED = 200  # from this many positions on, two calls with one generator must choose differently
 
 
-def _off(share, expected, n):
-    """Is ``share`` (of ``n`` draws) further than Z standard errors from ``expected``?"""
-    return abs(float(share) - expected) > Z * math.sqrt(max(expected * (1 - expected), 1e-12) / n)
-
-
-def _structure(ids, got):
-    """None when ``got`` is two long tensors shaped like ``ids``; else what is wrong."""
-    if got is None:
-        return Problem("grader.none")
-    if not isinstance(got, (tuple, list)):
-        return Problem("grader.wrong_type", {"expected": "tuple", "got": type(got).__name__})
-    if len(got) != 2:
-        return Problem("grader.length", {"expected": 2, "got": len(got)})
-    for n, g in enumerate(got):
-        inner = None
-        if not isinstance(g, torch.Tensor):
-            inner = Problem("grader.not_tensor", {"got": type(g).__name__})
-        elif g.shape != ids.shape:
-            inner = Problem("grader.shape", {"expected": str(list(ids.shape)), "got": str(list(g.shape))})
-        elif g.dtype != torch.long:
-            inner = Problem("grader.dtype", {"expected": str(torch.long), "got": str(g.dtype)})
-        elif g.device != ids.device:
-            inner = Problem("grader.device", {"expected": str(ids.device), "got": str(g.device)})
-        if inner is not None:
-            return Problem("grader.returned_item", {"n": n + 1, "total": 2}, detail=inner)
-    return None
-
-
-def _first(where, *tensors):
-    """The index of the first True in ``where`` and the values of ``tensors`` there."""
-    flat = int(where.flatten().nonzero()[0])
-    index = "[" + ", ".join(str(int(c)) for c in torch.unravel_index(torch.tensor(flat), where.shape)) + "]"
-    return index, [int(t.flatten()[flat]) for t in tensors]
-
-
-MUTANT = "grader.mutant.ch7.bert_corrupt."
-
-
-def _bert_judge(ids, mask_id, vocab_size, seed):
-    ids_cpu = ids.cpu()
-    N = ids.numel()
-
-    def judge(run):
-        got = run(seed)
-        problem = _structure(ids, got)
-        if problem is not None:
-            return problem
-        inputs, labels = (g.cpu() for g in got)
-        labelled = labels != IGNORE  # the chosen positions, as the labels say
-        changed = inputs != ids_cpu
-        if N >= SOME and labelled.all():
-            return Problem(MUTANT + "labels_everywhere")
-        wrong_label = labelled & (labels != ids_cpu)
-        if wrong_label.any():
-            index, (expected, label) = _first(wrong_label, ids_cpu, labels)
-            detail = Problem("grader.mlm.label", {"index": index, "expected": expected, "got": label})
-            if bool((labels[wrong_label] == inputs[wrong_label]).all()):
-                return Problem(MUTANT + "labels_after_corruption", detail=detail)
-            return detail
-        unlabelled_changed = ~labelled & changed
-        if unlabelled_changed.any():
-            index, (expected, token) = _first(unlabelled_changed, ids_cpu, inputs)
-            detail = Problem("grader.mlm.unchosen_changed", {"index": index, "expected": expected, "got": token})
-            if N >= LARGE:
-                share_labelled = labelled.double().mean()
-                share_changed = unlabelled_changed.sum() / (~labelled).sum()
-                if not _off(share_labelled, 1 - RATE, N):
-                    return Problem(MUTANT + "inverted_labels", detail=detail)
-                if not _off(share_changed, SHARES[1], int((~labelled).sum())):
-                    return Problem(MUTANT + "random_unchosen", detail=detail)
-            return detail
-        outside = (inputs < 0) | (inputs >= vocab_size)
-        if outside.any():
-            index, (token,) = _first(outside, inputs)
-            return Problem("grader.mlm.outside_vocabulary", {"index": index, "got": token, "last": vocab_size - 1})
-        if N < LARGE:
-            return None
-        rate = labelled.double().mean()
-        if _off(rate, RATE, N):
-            detail = Problem("grader.mlm.rate", {"expected": _percent(RATE), "got": _percent(rate)})
-            if not _off(rate, 0.5, N):
-                return Problem(MUTANT + "rate_half", detail=detail)
-            return detail
-        n = int(labelled.sum())
-        masked = (inputs[labelled] == mask_id).double().mean()
-        kept = (inputs[labelled] == ids_cpu[labelled]).double().mean()
-        randomized = 1 - masked - kept
-        # a random token is mask_id or the original token with probability 1 / vocab_size each
-        expected = (SHARES[0] + SHARES[1] / vocab_size, SHARES[1] * (1 - 2 / vocab_size),
-                    SHARES[2] + SHARES[1] / vocab_size)
-        if any(_off(s, e, n) for s, e in zip((masked, randomized, kept), expected)):
-            detail = Problem("grader.mlm.shares", {"masked": _percent(masked), "random": _percent(randomized),
-                                                   "kept": _percent(kept)})
-            if not _off(masked, 1.0 - 1e-3, n):
-                return Problem(MUTANT + "all_mask", detail=detail)
-            return detail
-        split = _split_by_position(inputs, labelled, ids_cpu, mask_id, vocab_size)
-        if split is not None:
-            return split
-        return _reproducible(run, seed, ids, inputs, labels)
-
-    return judge
-
-
-def _reproducible(run, seed, ids, inputs, labels):
-    """The same seed gives the same result (the generator is used), another seed another one."""
-    same = run(seed)
-    if _structure(ids, same) is None and not (torch.equal(same[0].cpu(), inputs) and torch.equal(same[1].cpu(), labels)):
-        return Problem(MUTANT + "generator_ignored")
-    again = run(seed + 1)
-    if _structure(ids, again) is None and torch.equal(again[1].cpu() != IGNORE, labels != IGNORE):
-        return Problem("grader.mlm.not_random")
-    return None
-
-
-def _split_by_position(inputs, labelled, ids, mask_id, vocab_size, parts=4):
-    """The 80/10/10 shares in each quarter of the positions (in reading order, and along the
-    sequence for a batch): a split that follows the position is right overall, wrong here."""
-    expected = (SHARES[0] + SHARES[1] / vocab_size, SHARES[1] * (1 - 2 / vocab_size), SHARES[2] + SHARES[1] / vocab_size)
-    N = ids.numel()
-    flat_position = torch.arange(N).view(ids.shape)
-    groups = [(flat_position * parts // N == g, f"{g * N // parts} .. {(g + 1) * N // parts - 1}") for g in range(parts)]
-    if ids.dim() == 2:
-        T = ids.size(1)
-        column = torch.arange(T).expand_as(ids)
-        groups += [(column * parts // T == g, f"[:, {g * T // parts} .. {(g + 1) * T // parts - 1}]") for g in range(parts)]
-    for where, name in groups:
-        chosen = labelled & where
-        n = int(chosen.sum())
-        if n == 0:
-            continue
-        masked = (inputs[chosen] == mask_id).double().mean()
-        kept = (inputs[chosen] == ids[chosen]).double().mean()
-        shares = (masked, 1 - masked - kept, kept)
-        if any(_off(s, e, n) for s, e in zip(shares, expected)):
-            return Problem(MUTANT + "split_by_position", detail=Problem("grader.mlm.shares_at", {
-                "where": name, "masked": _percent(shares[0]), "random": _percent(shares[1]), "kept": _percent(shares[2])}))
-    return None
-
-
-BERT_SIZES = [((2, 24), 30, 3), ((40,), 50, 1), ((64, 128), 30, 4), ((16, 384), 1000, 103), ((4096,), 100, 0)]
-# (shape of ids, vocab_size, mask_id); the notebook shows a sentence of the course's tokenizer
+BERT_SIZES = [((2, 24), 30, 3), ((40,), 50, 1), ((64, 128), 30, 4), ((16, 384), 1000, 103), ((4096,), 100, 0),
+              ((32, 256), 30522, 103, 40)]
+# (shape of ids, vocab_size, mask_id[, the tokens the batch holds: 40 of 30522, as a real batch holds few of them]);
+# the notebook shows a sentence of the course's tokenizer
 
 
 def bert_cases(generator):
     cases = []
-    for n, (shape, vocab_size, mask_id) in enumerate(BERT_SIZES):
-        ids = torch.randint(0, vocab_size - 1, shape, generator=generator)
+    for n, (shape, vocab_size, mask_id, *held) in enumerate(BERT_SIZES):
+        ids = torch.randint(0, (held[0] if held else vocab_size) - 1, shape, generator=generator)
         ids = ids + (ids >= mask_id).long()  # every token but mask_id
         ids = ids.to(case_device())
         cases.append(Case((ids, mask_id, vocab_size), seed=20 + n, judge=_bert_judge(ids, mask_id, vocab_size, 20 + n),
@@ -238,6 +98,30 @@ def _split_in_order(ids, mask_id, vocab_size, generator):
     inputs = torch.where(chosen & (rank < 0.8 * n), mask_id, ids)
     inputs = torch.where(chosen & (rank >= 0.8 * n) & (rank < 0.9 * n), random_ids, inputs)
     return inputs, torch.where(chosen, ids, IGNORE)
+
+
+def _from_the_batch(ids, mask_id, vocab_size, generator):
+    """Wrong: the random tokens are drawn from the tokens of the batch, not from the vocabulary."""
+    inputs, labels = bert_corrupt(ids, mask_id, vocab_size, generator)
+    randomized = (labels != IGNORE) & (inputs != mask_id) & (inputs != ids)
+    flat = ids.flatten()
+    picks = flat[torch.randint(0, flat.numel(), ids.shape, generator=generator, device=ids.device)]
+    return torch.where(randomized, picks, inputs), labels
+
+
+def bert_draw(d):
+    """Token ids of one sentence to a large batch (the shares are tested from 4000 positions on), a vocabulary of
+    3 to 30522, ids from all of it or from a few of its tokens (as a real batch holds few of them)."""
+    shape = d.choice("shape", ((7,), (4096,), (2, 24), (16, 384), (40, 128)))
+    vocab_size = d.choice("vocab_size", (30, 3, 1000, 30522))
+    mask_id = d.size("mask_id", 0, vocab_size - 1, edges=(0, vocab_size - 1))
+    few = d.flag("few_tokens")
+    generator = d.generator("ids")
+    ids = torch.randint(0, min(vocab_size - 1, 40) if few else vocab_size - 1, shape, generator=generator)
+    ids = (ids + (ids >= mask_id).long()).to(d.device)  # every token but mask_id
+    seed = d.size("seed", 0, 10**6)
+    return Case((ids, mask_id, vocab_size), seed=seed, judge=_bert_judge(ids, mask_id, vocab_size, seed),
+                label=f"ids {list(shape)}, vocab_size={vocab_size}, mask_id={mask_id}")
 
 
 def _clock_seeded(ids, mask_id, vocab_size, generator):
@@ -305,7 +189,9 @@ BERT_CORRUPT = Task(
         "labels_after_corruption": _corrupt_mutant(labels="corrupted"),
         "split_by_position": _split_in_order,
         "generator_ignored": _clock_seeded,
+        "random_from_batch": _from_the_batch,
     },
+    contract=Contract(draw=bert_draw, examples=5, neighbours=False),
     input_names=("ids", "mask_id", "vocab_size"),
     course_copies=("attnlab.mlm.mlm_corrupt",),
     alternatives=[_bernoulli, _exact_counts, _multinomial],
@@ -346,8 +232,22 @@ def _manual_loss(logits, labels):
     return -log_probs.gather(-1, labels[chosen][:, None]).mean()
 
 
+def mlm_draw(d):
+    """Logits [B, T, V] (float32 or float64, up to a few hundred), labels with -100 where not chosen: a row may
+    have none chosen, at least one position is."""
+    B, T, V = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 40, edges=(1, 64)), d.size("V", 2, 40, edges=(2, 1000))
+    logits = d.normal("logits", (B, T, V), d.choice("dtype", (torch.float32, torch.float64)),
+                      scale=d.choice("scale", (2.0, 300.0)), layouts=("contiguous", "offset"))
+    generator = d.generator("labels")
+    chosen = torch.rand(B, T, generator=generator) < d.choice("rate", (0.15, 0.01, 1.0))
+    chosen.view(-1)[int(torch.randint(B * T, (), generator=generator))] = True
+    labels = torch.where(chosen, torch.randint(0, V, (B, T), generator=generator), IGNORE)
+    return Case((logits, labels.to(d.device)))
+
+
 MLM_LOSS = Task(
     id="ch7.mlm_loss", exercise=EXERCISE, reference=mlm_loss, cases=loss_cases,
+    contract=Contract(draw=mlm_draw, grads=("logits",)),
     mutants={
         "mean_over_all": lambda logits, labels: _per_position(logits, labels).sum() / labels.numel(),
         "sum": lambda logits, labels: _per_position(logits, labels).sum(),

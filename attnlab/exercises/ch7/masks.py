@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...grader import Case, Task
+from ...grader import Case, Contract, Task
 from .. import square_rule
 
 EXERCISE = "07-bidirectional-attention"
@@ -32,8 +32,18 @@ def _block_on_causal(T, prefix):
     return allowed
 
 
+def prefix_draw(d):
+    T = d.size("T", 1, 200, edges=(1, 2, 65, 300))
+    return Case((T, d.size("prefix", 0, T, edges=(0, 1, T))))
+
+
+def seq2seq_draw(d):
+    return Case((d.size("T_enc", 1, 100, edges=(1, 300)), d.size("T_dec", 1, 100, edges=(1, 300))))
+
+
 PREFIX_LM_MASK = Task(
     id="ch7.prefix_lm_mask", exercise=EXERCISE, reference=prefix_lm_mask, cases=prefix_cases,
+    contract=Contract(draw=prefix_draw),
     mutants={
         "prefix_rows_see_all": square_rule(lambda i, j, p: (j <= i) | (i < p)),
         "prefix_only": square_rule(lambda i, j, p: j < p),
@@ -86,6 +96,7 @@ def _seq2seq(encoder="bidirectional", decoder="causal", cross="all"):
 
 ENCODER_DECODER_MASKS = Task(
     id="ch7.encoder_decoder_masks", exercise=EXERCISE, reference=encoder_decoder_masks, cases=seq2seq_cases,
+    contract=Contract(draw=seq2seq_draw), output_names=("encoder", "decoder", "cross"),
     mutants={
         "encoder_causal": _seq2seq(encoder="causal"),
         "decoder_bidirectional": _seq2seq(decoder="bidirectional"),

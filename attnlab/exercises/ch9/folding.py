@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ...blocked import OnlineSoftmax
-from ...grader import Case, Task
+from ...grader import Case, Contract, Task
 from .. import case_device
 
 EXERCISE = "09-ring-attention"
@@ -106,8 +106,35 @@ def _logsumexp(m, l, acc, scores, v):
     return m_new, torch.exp(log_l - m_new), torch.exp(m - m_new)[..., None] * acc + torch.einsum("...qk,...kd->...qd", p, v)
 
 
+def fold_draw(d):
+    """A state after 0 or more earlier blocks and a block [..., q, k] of scores up to the hundreds (float32 exp
+    overflows), some masked; a block row may be masked whole where the state has read a key already."""
+    lead = d.choice("lead", ((1, 1), (2, 3), (1,)))
+    nq, nk, d_v = d.size("q", 1, 6, edges=(1, 40)), d.size("k", 1, 8, edges=(1, 64)), d.size("d_v", 1, 8, edges=(1, 32))
+    dtype, scale = d.choice("dtype", (torch.float32, torch.float64)), d.choice("scale", (2.0, 150.0))
+    empty = d.flag("empty_state")
+    generator = d.generator("values")
+    m = torch.full((*lead, nq), float("-inf"), dtype=dtype)
+    l, acc = torch.zeros(*lead, nq, dtype=dtype), torch.zeros(*lead, nq, d_v, dtype=dtype)
+    if not empty:
+        earlier = torch.randn(*lead, nq, nk + 1, generator=generator, dtype=torch.float64).to(dtype) * scale
+        m, l, acc = fold_block(m, l, acc, earlier, torch.randn(*lead, nk + 1, d_v, generator=generator).to(dtype))
+    scores = torch.randn(*lead, nq, nk, generator=generator, dtype=torch.float64).to(dtype) * scale
+    scores = scores.masked_fill(torch.rand(*lead, nq, nk, generator=generator) < 0.3, float("-inf"))
+    if empty or not d.flag("whole_rows_masked"):
+        scores[..., 0] = (torch.randn(*lead, nq, generator=generator) * scale).to(dtype)  # a key per row
+    else:
+        scores[..., 0, :] = float("-inf")  # the first query row reads nothing in this block
+    v = torch.randn(*lead, nk, d_v, generator=generator).to(dtype)
+    return Case(tuple(d.layout(name, t.to(d.device)) for name, t in zip(("m", "l", "acc", "scores", "v"),
+                                                                      (m, l, acc, scores, v))),
+                label=f"{'x'.join(map(str, lead))}, q={nq}, k={nk}, d_v={d_v}, {str(dtype)[6:]}, scale={scale:g}"
+                      + (", empty state" if empty else ""))
+
+
 FOLD_BLOCK = Task(
     id="ch9.fold_block", exercise=EXERCISE, reference=fold_block, cases=fold_cases,
+    contract=Contract(draw=fold_draw), output_names=("m", "l", "acc"),
     mutants={
         "acc_not_rescaled": _fold_mutant("acc_not_rescaled"),
         "nothing_rescaled": _fold_mutant("nothing_rescaled"),

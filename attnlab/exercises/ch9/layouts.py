@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...blocked import tile_kind
-from ...grader import Case, Task
+from ...grader import Case, Contract, Task
 from ...ring import expected_tiles, ring_schedule
 from ...ring import shard_positions as course_shard_positions
 
@@ -99,8 +99,26 @@ def _arithmetic(T, P, layout):
     return torch.where(i < c, r * c + i, (2 * P - 1 - r) * c + (i - c))
 
 
+def shard_draw(d):
+    """P ranks of S positions each (S even for zigzag), T up to 131072 (positions past int16 and uint8)."""
+    layout, P = d.choice("layout", ("contiguous", "striped", "zigzag")), d.size("P", 1, 8, edges=(1, 2, 64))
+    S = d.size("S", 1, 40, edges=(1, 2, 2048))
+    if layout == "zigzag" and S % 2:
+        S += 1
+    return Case((P * S, P, layout), label=f"T={P * S}, P={P}, layout={layout!r}")
+
+
+def tiles_draw(d):
+    """P ranks, S positions each in tiles of ``block`` (block divides S, for zigzag S / 2 too)."""
+    layout, P = d.choice("layout", ("contiguous", "striped", "zigzag")), d.size("P", 1, 6, edges=(1, 2))
+    block, tiles = d.size("block", 1, 4, edges=(1, 5)), d.size("tiles", 1, 4, edges=(1, 6))
+    S = block * tiles * (2 if layout == "zigzag" else 1)
+    return Case((P * S, P, layout, block), label=f"T={P * S}, P={P}, layout={layout!r}, block={block}")
+
+
 SHARD_POSITIONS = Task(
     id="ch9.shard_positions", exercise=EXERCISE, reference=shard_positions, cases=layout_cases, call=_as_tensor,
+    contract=Contract(draw=shard_draw), input_names=("T", "P", "layout"),
     mutants={
         "zigzag_consecutive": _layout_mutant(zigzag="consecutive"),
         "zigzag_reversed": _layout_mutant(zigzag="reversed"),
@@ -223,6 +241,7 @@ def _with_tile_kind(T, P, layout, block):
 
 TILES_PER_STEP = Task(
     id="ch9.tiles_per_step", exercise=EXERCISE, reference=tiles_per_step, cases=tile_cases, call=_as_lists,
+    contract=Contract(draw=tiles_draw), input_names=("T", "P", "layout", "block"),
     mutants={
         "wrong_direction": _tiles_mutant(direction=1),
         "local_indices": _tiles_mutant(local=True),

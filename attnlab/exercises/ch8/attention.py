@@ -1,8 +1,5 @@
-"""Exercise 8 (exercises/src/08-masks-in-real-models.md): the causal + key-padding mask of a
-left-padded batch, the packed-document mask, the sliding-window mask, grouped-query
-attention compared with SDPA's ``enable_gqa``, and a decode step with RoPE and a KV cache.
-Masks follow SDPA: True = may attend.
-"""
+"""Exercise 8, tasks 4 and 5: grouped-query attention written without SDPA's ``enable_gqa``, and a decode
+step with RoPE and a KV cache."""
 
 from __future__ import annotations
 
@@ -11,164 +8,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..grader import Case, Task
-from ..rope import apply_rope, rope_angles
-from . import case_device, per_row_rule, square_rule
+from ...grader import Case, Contract, Task
+from ...rope import apply_rope, rope_angles
+from .. import case_device
 
 EXERCISE = "08-masks-in-real-models"
-
-
-# --------------------------------------------------------------------------
-# 1. padded_causal_mask(keep) -> [B, 1, T, T] bool: causal and the key is a real token
-#    keep [B, T] bool, True = real token; the batch is left-padded
-
-
-def padded_causal_mask(keep):
-    B, T = keep.shape
-    causal = torch.ones(T, T, dtype=torch.bool, device=keep.device).tril()  # [T, T]
-    return causal[None, None] & keep[:, None, None, :]  # [B, 1, T, T]
-
-
-PADDING_SIZES = [  # (T, lengths); the notebook shows T=3, lengths [3, 1]. Each batch has a padded row.
-    (5, [5, 2, 3]), (7, [4, 7]), (4, [1, 4, 2, 3]), (70, [60, 70, 3]), (6, [2, 5, 6, 4, 1]),  # T = 70: no 64 x 64 mask kept
-]
-
-
-def padding_cases(generator):
-    cases = []
-    for T, lengths in PADDING_SIZES:
-        keep = torch.arange(T)[None, :] >= T - torch.tensor(lengths)[:, None]  # [B, T], pads first
-        cases.append(Case((keep.to(case_device()),), label=f"T={T}, lengths={lengths}"))
-    return cases
-
-
-def _padding_loop(keep):
-    B, T = keep.shape
-    allowed = torch.zeros(B, 1, T, T, dtype=torch.bool, device=keep.device)
-    for b in range(B):
-        for i in range(T):
-            for j in range(i + 1):
-                allowed[b, 0, i, j] = bool(keep[b, j])
-    return allowed
-
-
-PADDED_CAUSAL_MASK = Task(
-    id="ch8.padded_causal_mask", exercise=EXERCISE, reference=padded_causal_mask, cases=padding_cases,
-    mutants={
-        "queries_padded": per_row_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, q]),
-        "strict_diagonal": per_row_rule(lambda keep, b, q, kv: (kv < q) & keep[b, kv]),
-        "inverted": per_row_rule(lambda keep, b, q, kv: ~((kv <= q) & keep[b, kv])),
-        "padding_ignored": per_row_rule(lambda keep, b, q, kv: kv <= q),
-        "not_causal": per_row_rule(lambda keep, b, q, kv: keep[b, kv] & (q >= 0)),
-    },
-    course_copies=("attnlab.mask_builder.padding_mod", "attnlab.mask_builder.batch_mask", "attnlab.mask_builder.build_mask"),
-    alternatives=[
-        per_row_rule(lambda keep, b, q, kv: (kv <= q) & keep[b, kv] & keep[b, q]),  # pad queries read nothing anyway
-        lambda keep: (torch.tril(torch.ones(keep.size(1), keep.size(1), device=keep.device)).bool()
-                      & keep.unsqueeze(1)).unsqueeze(1),
-        lambda keep: torch.ones_like(keep[:, None, None, :].expand(-1, 1, keep.size(1), -1)).tril()
-        .logical_and(keep[:, None, None, :]),
-        _padding_loop,
-    ],
-)
-
-
-# --------------------------------------------------------------------------
-# 2. document_mask(document_ids) -> [B, 1, T, T] bool: causal and the same document
-#    document_ids [B, T] integers, increasing along each packed row
-
-
-def document_mask(document_ids):
-    B, T = document_ids.shape
-    causal = torch.ones(T, T, dtype=torch.bool, device=document_ids.device).tril()  # [T, T]
-    same = document_ids[:, :, None] == document_ids[:, None, :]  # [B, T, T]
-    return (causal & same)[:, None]  # [B, 1, T, T]
-
-
-DOCUMENT_SIZES = [  # document lengths per row; the notebook shows one row [2, 3]
-    [[3, 1, 4]], [[2, 2, 2], [5, 1, 0]], [[1, 6, 2], [4, 4, 1]], [[7], [3, 4]], [[2, 1, 3, 2, 2], [5, 5, 0]],
-]
-
-
-def document_cases(generator):
-    cases = []
-    for rows in DOCUMENT_SIZES:
-        ids = torch.tensor([[d for d, n in enumerate(row) for _ in range(n)] for row in rows])  # [B, T]
-        cases.append(Case((ids.to(case_device()),), label=f"B={len(rows)}, T={ids.size(1)}, lengths={rows}"))
-    return cases
-
-
-def _block_diagonal(ids):
-    """Correct: one causal block per document, from the lengths of the runs of equal ids."""
-    rows = []
-    for row in ids:
-        _, lengths = torch.unique_consecutive(row, return_counts=True)
-        blocks = [torch.ones(n, n, dtype=torch.bool, device=ids.device).tril() for n in lengths.tolist()]
-        rows.append(torch.block_diag(*blocks))
-    return torch.stack(rows)[:, None]
-
-
-DOCUMENT_MASK = Task(
-    id="ch8.document_mask", exercise=EXERCISE, reference=document_mask, cases=document_cases,
-    mutants={
-        "not_causal": per_row_rule(lambda ids, b, q, kv: ids[b, q] == ids[b, kv]),
-        "causal_only": per_row_rule(lambda ids, b, q, kv: (kv <= q) & (b >= 0)),
-        "strict_diagonal": per_row_rule(lambda ids, b, q, kv: (kv < q) & (ids[b, q] == ids[b, kv])),
-        "transposed": per_row_rule(lambda ids, b, q, kv: (kv >= q) & (ids[b, q] == ids[b, kv])),
-    },
-    course_copies=("attnlab.mask_builder.document_mod", "attnlab.mask_builder.batch_mask", "attnlab.mask_builder.build_mask"),
-    alternatives=[
-        _block_diagonal,
-        lambda ids: (ids.unsqueeze(-1) == ids.unsqueeze(-2)).tril().unsqueeze(1),
-        per_row_rule(lambda ids, b, q, kv: (kv <= q) & (ids[b, q] - ids[b, kv] == 0)),
-    ],
-)
-
-
-# --------------------------------------------------------------------------
-# 3. sliding_window_mask(T, W) -> [T, T] bool: query i reads keys i-W+1 .. i
-
-
-def sliding_window_mask(T, W):
-    i = torch.arange(T)[:, None]  # [T, 1] queries
-    j = torch.arange(T)[None, :]  # [1, T] keys
-    return (j <= i) & (i - j < W)
-
-
-def window_cases(generator):
-    return [Case((T, W), label=f"T={T}, W={W}")
-            for T, W in [(7, 2), (9, 4), (5, 1), (8, 8), (70, 3), (6, 9)]]  # T = 70: no 64 x 64 mask kept  # the notebook shows T=6, W=3
-
-
-def _flex_style(T, W):
-    def sliding(b, h, q_idx, kv_idx):
-        return (q_idx >= kv_idx) & (q_idx - kv_idx < W)
-
-    q_idx, kv_idx = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
-    return sliding(0, 0, q_idx, kv_idx)
-
-
-SLIDING_WINDOW_MASK = Task(
-    id="ch8.sliding_window_mask", exercise=EXERCISE, reference=sliding_window_mask, cases=window_cases,
-    mutants={
-        "off_by_one": square_rule(lambda i, j, W: (j <= i) & (i - j <= W)),
-        "not_causal": square_rule(lambda i, j, W: (i - j).abs() < W),
-        "future_window": square_rule(lambda i, j, W: (j >= i) & (j - i < W)),
-        "causal_flipped": square_rule(lambda i, j, W: (j >= i) & (i - j < W)),  # every later key: the whole upper triangle
-        "first_keys": square_rule(lambda i, j, W: (j <= i) & (j < W)),
-        "window_too_small": square_rule(lambda i, j, W: (j <= i) & (i - j < W - 1)),
-        "window_ignored": lambda T, W: sliding_window_mask(T, 3),  # the worked example's W, hard-coded
-    },
-    course_copies=("attnlab.mask_builder.build_mask", "attnlab.mask_builder.mask_mod"),
-    alternatives=[
-        lambda T, W: torch.ones(T, T, dtype=torch.bool).tril().triu(diagonal=-(W - 1)),
-        lambda T, W: torch.ones(T, T, dtype=torch.bool).tril() & ~torch.ones(T, T, dtype=torch.bool).tril(-W),
-        _flex_style,
-        lambda T, W: torch.tensor([[i - W < j <= i for j in range(T)] for i in range(T)], dtype=torch.bool)
-        .reshape(T, T),
-    ],
-)
-
 
 # --------------------------------------------------------------------------
 # 4. gqa_attention(q, k, v) -> [B, H, T, d]: causal attention where query head h reads
@@ -252,8 +96,31 @@ def _gqa_by_hand(scale=True, softmax_dim=-1):
     return attend
 
 
+def gqa_draw(d):
+    """q [B, H, T, d] and k, v [B, H_kv, T, d] for any group size (MQA and plain attention too), float32 or
+    float64, scores up to the hundreds, any layout."""
+    B, H_kv, G = d.size("B", 1, 3, edges=(1,)), d.size("H_kv", 1, 4, edges=(1,)), d.size("group", 1, 4, edges=(1, 6))
+    T, head = d.size("T", 1, 30, edges=(1, 130)), d.size("d", 1, 16, edges=(1, 32))
+    dtype, scale = d.choice("dtype", (torch.float32, torch.float64)), d.choice("scale", (1.0, 6.0))
+    q = d.normal("q", (B, H_kv * G, T, head), dtype, scale)
+    return Case((q, d.normal("k", (B, H_kv, T, head), dtype, scale), d.normal("v", (B, H_kv, T, head), dtype)),
+                label=f"B={B}, H={H_kv * G}, H_kv={H_kv}, T={T}, d={head}, {str(dtype)[6:]}, scale={scale:g}")
+
+
+def _sdpa_with_fewer_kv_heads(op, args, kwargs):
+    """An SDPA kernel (any route to it: F., torch.ops.aten, a module) handed fewer key/value heads than query
+    heads: the kernel repeats them itself (what enable_gqa=True asks for)."""
+    name = getattr(op, "__name__", "") or str(op)
+    if "scaled_dot_product" not in name or len(args) < 3:
+        return False
+    q, k = args[0], args[1]
+    return q.dim() >= 3 and k.dim() == q.dim() and k.size(-3) != q.size(-3)
+
+
 GQA_ATTENTION = Task(
     id="ch8.gqa_attention", exercise=EXERCISE, reference=gqa_attention, cases=gqa_cases,
+    contract=Contract(draw=gqa_draw, grads=("q", "k", "v")),
+    forbidden_ops={"enable_gqa": _sdpa_with_fewer_kv_heads},
     mutants={
         "tiled": _gqa_mutant(repeat="tile"),
         "first_head_only": _gqa_mutant(repeat="first_head"),
@@ -350,12 +217,13 @@ def _rope_by_hand(q_new, k_new, v_new, k_cache, v_cache):
 
 
 def _rope_row_positions(q_new, k_new, v_new, k_cache, v_cache):
-    """Correct: positions [B, T_new] per row (as with a padded batch), and a float mask of -inf."""
+    """Correct: positions [B, T_new] per row (as with a padded batch), and a float mask of -inf in the inputs'
+    dtype (SDPA adds a float mask of another dtype wrongly: a float32 mask with float64 inputs gives other values)."""
     B, t, T_new = q_new.size(0), k_cache.size(2), q_new.size(2)
     positions = (k_cache.size(2) + torch.arange(T_new, device=q_new.device)).expand(B, T_new)
     keys = torch.cat([k_cache, apply_rope(k_new, positions)], dim=2)
     values = torch.cat([v_cache, v_new], dim=2)
-    bias = torch.zeros(T_new, t + T_new, device=q_new.device).masked_fill(
+    bias = torch.zeros(T_new, t + T_new, dtype=q_new.dtype, device=q_new.device).masked_fill(
         torch.ones(T_new, t + T_new, dtype=torch.bool, device=q_new.device).triu(diagonal=t + 1), float("-inf"))
     return F.scaled_dot_product_attention(apply_rope(q_new, positions), keys, values, attn_mask=bias), keys, values
 
@@ -371,8 +239,22 @@ def _rope_one_query_at_a_time(q_new, k_new, v_new, k_cache, v_cache):
     return torch.cat(outs, dim=2), k_cache, v_cache
 
 
+def rope_draw(d):
+    """A cache of 0 or more rotated keys, 1 or more new tokens, head size from 2 (even), float32 or float64."""
+    B, H = d.size("B", 1, 3, edges=(1,)), d.size("H", 1, 4, edges=(1,))
+    t, T_new, half = d.size("t", 0, 30, edges=(0, 1, 300)), d.size("T_new", 1, 6, edges=(1, 12)), d.size("d/2", 1, 16, edges=(1, 32))
+    dtype = d.choice("dtype", (torch.float32, torch.float64))
+    q_new, k_new, v_new = (d.normal(name, (B, H, T_new, 2 * half), dtype) for name in ("q_new", "k_new", "v_new"))
+    k_old = torch.randn(B, H, t, 2 * half, generator=d.generator("k_cache"), dtype=torch.float64).to(dtype)
+    k_cache = d.layout("k_cache", apply_rope(k_old, torch.arange(t)))
+    v_cache = d.normal("v_cache", (B, H, t, 2 * half), dtype)
+    return Case((q_new, k_new, v_new, k_cache, v_cache),
+                label=f"B={B}, H={H}, t={t}, T_new={T_new}, d={2 * half}, {str(dtype)[6:]}")
+
+
 ROPE_DECODE_STEP = Task(
     id="ch8.rope_decode_step", exercise=EXERCISE, reference=rope_decode_step, cases=rope_cases,
+    contract=Contract(draw=rope_draw), output_names=("out", "k_cache", "v_cache"),
     mutants={
         "positions_restart": _rope_mutant(start="zero"),
         "key_not_rotated": _rope_mutant(rotate_k=False),
@@ -383,5 +265,3 @@ ROPE_DECODE_STEP = Task(
     },
     alternatives=[_rope_by_hand, _rope_row_positions, _rope_one_query_at_a_time],
 )
-
-TASKS = [PADDED_CAUSAL_MASK, DOCUMENT_MASK, SLIDING_WINDOW_MASK, GQA_ATTENTION, ROPE_DECODE_STEP]
