@@ -155,16 +155,23 @@ def visit_all(browser, context, urls, ready=None):
 
     Each page is brought to the front before it is waited for and handed over: Chromium runs a tab
     in the background at a lower pace, and a click there waited about 2 s for the page's animation
-    frames (0.1 s in front)."""
+    frames (0.1 s in front).
+
+    The caller may resize a page it was handed (test_site_pages.py looks at each at a phone's width
+    last): the tab gets its size back as soon as its next page has committed, when there is almost
+    nothing to lay out again (resizing a page with widgets back cost up to 0.6 s)."""
     urls = list(urls)
-    tabs = []
+    tabs, sizes = [], []
     try:
         for start in range(0, len(urls), PARALLEL_PAGES):
             batch = []
             for slot, url in enumerate(urls[start:start + PARALLEL_PAGES]):
                 if slot == len(tabs):
                     tabs.append(open_tab(context))
+                    sizes.append(tabs[slot].viewport_size)
                 batch.append(Visit(browser, url, wait=False, tab=tabs[slot]))
+                if tabs[slot].viewport_size != sizes[slot]:  # the caller resized the last page (a phone's width):
+                    tabs[slot].set_viewport_size(sizes[slot])  # back to the context's size, on the new, empty page
             for visit in batch:
                 visit.page.bring_to_front()
                 visit.page.wait_for_load_state("networkidle")

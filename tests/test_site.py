@@ -523,11 +523,12 @@ def test_what_the_pages_job_uploads_is_the_built_site_with_its_root_page(html_ro
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_page_names_the_licences_and_the_citation_in_its_language(html_root, lang):
-    texts = {path.relative_to(html_root).as_posix(): path.read_text("utf-8") for path in pages(html_root, lang)
-             if "_static" not in path.parts}
-    with_footer = {name: text for name, text in texts.items() if "bd-footer-content" in text}
-    assert len(with_footer) >= 30
-    assert [name for name, text in with_footer.items() if footer_html(lang) not in text] == []
+    # the footer comes from the theme's template, the same on every page: a page of each kind
+    # (reading all of them cost 1.5 s a language)
+    kinds = [f"chapters/{lang}/index.html", f"chapters/{lang}/01-causal-mask.html", f"chapters/{lang}/cheatsheet.html",
+             f"exercises/{lang}/01-causal-mask.html", f"solutions/{lang}/11-backward-pass.html"]
+    footer = footer_html(lang)
+    assert [kind for kind in kinds if footer not in (html_root / lang / kind).read_text("utf-8")] == []
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -113,44 +113,45 @@ START_ICONS = "() => { window.attnlabIcons = new Promise(done => setTimeout(() =
 # The page at phone width (390 px, as a small phone): every box that scrolls can be reached by
 # keyboard (a tab stop on it or inside it: axe's scrollable-region-focusable, "serious"), the page
 # itself does not scroll sideways, and no inline formula is cut by its box (span.math hides what
-# overflows). It waits until fit-math.js has sized the formulas for the new width and tab-stops.js
-# has looked again (at most 3 s). axe's full run at both widths over every page (docs/site.md) found
-# no other rule that changes with the width; this check costs about 0.1 s a page instead of axe's 5.
+# overflows). After the resize (and MathJax's typesetting) it runs what fit-math.js runs 150 ms
+# after one (attnlabFitMath) and waits two frames, in which tab-stops.js's ResizeObserver has
+# looked again. It is each page's last check, and the page stays at that width: visit_all gives
+# the tab its size back once the next page has committed (resizing a page with widgets back cost
+# up to 0.6 s). axe's full run at both widths
+# over every page found no other rule that changes with the width (docs/site.md); a second axe pass
+# would cost about 5 s a page.
 PHONE = {"width": 390, "height": 800}
-PHONE_CHECK = """async () => {
-  const SCROLLERS = window.attnlabScrollers || "pre";
-  const focusable = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
-  const scrolls = el => {
-    const s = getComputedStyle(el);
-    return (/(auto|scroll)/.test(s.overflowX) && el.scrollWidth > el.clientWidth + 1) ||
-           (/(auto|scroll)/.test(s.overflowY) && el.scrollHeight > el.clientHeight + 1);
-  };
-  const unreachable = () => [...document.querySelectorAll("main *")].filter(el => el.offsetParent && scrolls(el) &&
-    el.tabIndex < 0 && !el.querySelector(focusable));
-  const start = Date.now();
-  await new Promise(done => (function poll() {
-    window.attnlabMathFitted !== false && unreachable().length === 0 || Date.now() - start > 3000 ? done() : setTimeout(poll, 100);
-  })());
-  const name = el => el.tagName.toLowerCase() + (el.className && typeof el.className === "string" ? "." + el.className.trim().split(/\s+/).slice(0, 2).join(".") : "");
-  return {
-    unreachable: unreachable().map(el => name(el) + ": " + el.textContent.trim().slice(0, 40)),
-    page_wider: document.documentElement.scrollWidth - window.innerWidth,
-    cut_formulas: [...document.querySelectorAll("span.math")].filter(span => span.offsetParent &&
-      getComputedStyle(span).overflowX === "hidden" && span.scrollWidth > span.clientWidth + 1).map(span => span.textContent.slice(0, 40)),
-  };
+PHONE_CHECK = r"""async () => {
+  await Promise.all([window.MathJax && MathJax.startup && MathJax.startup.promise, document.fonts.ready]);
+  if (window.attnlabFitMath) window.attnlabFitMath();
+  return await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+    const focusable = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
+    const main = document.querySelector("main") || document.body;
+    const scrolls = el => {  // overflows a box that scrolls (the cheap size test first)
+      if (!(el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1) || !el.offsetParent) return false;
+      const s = getComputedStyle(el);
+      return (/(auto|scroll)/.test(s.overflowX) && el.scrollWidth > el.clientWidth + 1) ||
+             (/(auto|scroll)/.test(s.overflowY) && el.scrollHeight > el.clientHeight + 1);
+    };
+    const unreachable = [...main.querySelectorAll("*")].filter(el => scrolls(el) && el.tabIndex < 0 && !el.querySelector(focusable));
+    const name = el => el.tagName.toLowerCase() + "." + String(el.className).trim().split(/\s+/).slice(0, 2).join(".");
+    done({
+      unreachable: unreachable.map(el => name(el) + ": " + el.textContent.trim().slice(0, 40)),
+      page_wider: document.documentElement.scrollWidth - window.innerWidth,
+      cut_formulas: [...document.querySelectorAll("span.math")].filter(span => {  // the formula's end hidden
+        const math = span.querySelector("mjx-math");
+        return math && span.offsetParent && getComputedStyle(span).overflowX === "hidden" &&
+          math.getBoundingClientRect().right > span.getBoundingClientRect().right + 1;
+      }).map(span => span.textContent.slice(0, 40)),
+    });
+  })));
 }"""
 
 
 def at_phone_width(page) -> dict:
-    """PHONE_CHECK on ``page`` at phone width; the page goes back to the desktop width afterwards."""
-    desktop = page.viewport_size
-    page.evaluate("window.attnlabMathFitted = false; addEventListener('attnlab-math-fitted', "
-                  "() => { window.attnlabMathFitted = true; }, {once: true})")
+    """PHONE_CHECK on ``page`` at phone width (the page stays at it: see visit_all)."""
     page.set_viewport_size(PHONE)
-    try:
-        return page.evaluate(PHONE_CHECK)
-    finally:
-        page.set_viewport_size(desktop)
+    return page.evaluate(PHONE_CHECK)
 
 
 def check_every_control(rel, visit, errors_before):
@@ -224,7 +225,7 @@ def every_page(html_root, server, browser) -> dict[str, Seen]:
                     now.controls = "".join(traceback.format_exception_only(error)).strip()
                 spent["controls"] = time.monotonic() - clock
             clock = time.monotonic()
-            now.phone = at_phone_width(visit.page)
+            now.phone = at_phone_width(visit.page)  # the last look: the page stays that narrow
             spent["phone"] = time.monotonic() - clock
             clock = time.monotonic()
     finally:
