@@ -487,3 +487,60 @@ def test_the_auditors_own_reasons_are_message_keys_rendered_in_each_language():
     assert "library" not in cached.reason("en")  # the auditor's failure is not blamed on the library
     old = Verdict.from_dict({"target": "x", "kind": "could_not_audit", "message": "E: m"})  # a JSON of before
     assert old.reason("en") == "the library could not build or run the model: E: m"
+
+
+# Issue 49: the packing check, a leak that stays a leak, true verdicts where the cause was the auditor's
+
+
+def test_packing_check_finds_which_calls_keep_packed_documents_apart():
+    from attnlab.audit import CALLS, check_packing
+
+    packing = check_packing("llama", ("sdpa",))
+    assert packing.kind == "leaks" and [row.call for row in packing.rows] == list(CALLS)
+    apart = {row.call: row.isolated for row in packing.rows}
+    assert apart == {"default": False, "no_cache": True, "no_cache_ones": False}  # the library's gate, as measured
+    assert all(row.reads for row in packing.rows if not row.isolated)  # the others' tokens move them: not positions
+    assert "Only these keep them apart: use_cache=False, no attention_mask (sdpa)" in packing.reason("en")
+    assert "Nur diese halten sie auseinander: use_cache=False ohne attention_mask (sdpa)" in packing.reason("de")
+    assert "只有以下调用能把它们隔开：use_cache=False 且不传 attention_mask（sdpa）" in packing.reason("zh")
+    model = tiny_model("llama", "audit_drops_mask")  # a model as a reader built it: checked as it is
+    broken = check_packing(model)
+    assert broken.kind == "leaks" and not any(row.isolated for row in broken.rows)
+    assert "every call tried" in broken.reason("en")
+    assert check_packing("t5").kind == "not_applicable" and "encoder-decoder" in check_packing("t5").reason("en")
+    with pytest.raises(ValueError, match="at least two documents"):
+        check_packing("llama", lengths=(8,))
+
+
+def test_a_leak_found_before_a_crash_stays_a_leak_with_the_crash_as_its_second_line():
+    from attnlab.audit import Verdict, audit_target
+
+    verdict = audit_target("CpmAntForCausalLM", ("eager",), ("none",), T=4)  # every token is "context"
+    assert verdict.kind == "leak" and verdict.exit_status == 1 and verdict.rows[0].leaking
+    first, second = Verdict.from_dict(verdict.to_dict()).reason("en").split("\n")
+    assert first.startswith("the prefix test finds output 0 reading") and second.startswith("then: the auditor's cached")
+    assert "danach:" in verdict.reason("de") and "随后：" in verdict.reason("zh")
+    assert verdict.packing.kind == "not_applicable" and "position_ids" in verdict.packing.reason("en")
+
+
+def test_a_batch_the_library_cannot_take_is_a_library_error_and_an_assistant_is_not_applicable():
+    from attnlab.audit import audit_target, no_cache
+
+    verdict = audit_target("XLNetLMHeadModel", ("eager",), ("left",), T=4)  # its prefix test runs a batch
+    assert verdict.kind == "library_error" and "torch.ones(2, 8" in verdict.repro and "attention_mask" in verdict.repro
+    with pytest.raises(RuntimeError, match="broadcast shape"):
+        exec(verdict.repro.split('-c "', 1)[1].rstrip('"'), {})  # the library alone
+    assistant = audit_target("Gemma4UnifiedAssistantForCausalLM", ("eager",), ("none",), T=4)
+    assert assistant.kind == "not_applicable" and "shared_kv_states" in assistant.reason("en")
+    import transformers
+
+    assert no_cache(transformers.GraniteMoeForCausalLM) == {"use_cache": False}  # through **kwargs
+
+
+def test_the_table_says_leak_only_for_a_decoder_and_t_says_why_it_is_bounded():
+    from attnlab.audit import AuditRow
+
+    encoder = AuditRow("m", "sdpa", "none", None, False, {"prefix": None, "cut": None, "jacobian": None}, None)
+    assert audit_table([encoder]).endswith("may read ahead: OUTPUTS DIFFER")  # reads no future: not a leak
+    with pytest.raises(ValueError, match=r"between 2 and 61: .* \(3 pad tokens, then the T tokens\) must fit .* 64 "):
+        audit("gpt2", T=1)
