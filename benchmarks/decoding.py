@@ -37,7 +37,8 @@ def chunked_prefill_rows(sizes: Sizes, device: torch.device) -> list[dict]:
 
         row = {"T": T, "C": C, "H": 4, "passes": math.ceil(T / C)}
         row["ms"] = 1e3 * median_seconds(prefill, device, sizes.repeats)
-        row["peak_MiB"] = peak_MiB(prefill, device)
+        cache = KVCache(model.config, 1, T, device=device)  # allocated before: the peak is what the prefill adds
+        row["peak_MiB"] = peak_MiB(lambda: prefill_in_chunks(model, prompt, C, cache), device)
         row["scores_MiB"] = 4 * C * T * 4 / 2**20  # one layer's [1, H, C, T] float32 scores of the last chunk
         rows.append(row)
         print(f"  chunked prefill T={T} C={C}: {row['ms']:.1f} ms, peak {row['peak_MiB']:.2f} MiB", flush=True)

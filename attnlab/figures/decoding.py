@@ -188,7 +188,7 @@ def draw_tree(ax, parents: list[int], depths: list[int], marked: set[int], entry
 class TreeMaskExplorer(widgets.VBox):
     """Toggles for the tree's shape and an entry; one pre-rendered tree and mask per combination."""
 
-    def __init__(self, shapes: Sequence[Sequence[int]] = ((1, 1, 1, 1, 1, 1), (2, 2), (3, 1)), cache_len: int = 3):
+    def __init__(self, shapes: Sequence[Sequence[int]] = ((2, 2), (3, 1)), cache_len: int = 3):
         self.shapes = [tuple(inputs.whole_number("branching", b, 1, 4) for b in shape) for shape in shapes]
         if not self.shapes:
             raise ValueError(tr("error.blocks_empty"))
@@ -217,5 +217,5 @@ def chunk_mask_explorer(chunk_sizes: Sequence[int] = (1, 2, 4), cache_lens: Sequ
     return ChunkMaskExplorer(chunk_sizes, cache_lens)
 
 
-def tree_mask_explorer(shapes: Sequence[Sequence[int]] = ((1, 1, 1, 1, 1, 1), (2, 2), (3, 1)), cache_len: int = 3) -> TreeMaskExplorer:
+def tree_mask_explorer(shapes: Sequence[Sequence[int]] = ((2, 2), (3, 1)), cache_len: int = 3) -> TreeMaskExplorer:
     return TreeMaskExplorer(shapes, cache_len)
