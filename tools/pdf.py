@@ -207,16 +207,21 @@ def print_pdf(lang: str, source: pathlib.Path, out: pathlib.Path, browser) -> No
     context.close()
 
 
+def launch_chromium(playwright):
+    """The tests' Chromium, allowed to read the built site from disk (also tools/readme_picture.py)."""
+    if not CHROMIUM.exists():
+        raise SystemExit(f"no browser at {CHROMIUM}: `make browser` installs Debian's chromium, or set ATTNLAB_CHROMIUM")
+    return playwright.chromium.launch(executable_path=str(CHROMIUM),
+                                      args=["--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"])
+
+
 def build(languages: list[str]) -> None:
     from playwright.sync_api import sync_playwright
 
     if not all((site.HTML / lang).is_dir() for lang in languages):
         site.build(languages)
-    if not CHROMIUM.exists():
-        raise SystemExit(f"no browser at {CHROMIUM}: `make browser` installs Debian's chromium, or set ATTNLAB_CHROMIUM")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                             args=["--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"])
+        browser = launch_chromium(playwright)
         try:
             for lang in languages:
                 out = PDF / f"{lang}.pdf"

@@ -12,15 +12,14 @@ The PNG is committed (GitHub shows the README from the repository, where no site
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
 
 from tools import site
+from tools.pdf import launch_chromium
 
 PICTURE = site.ROOT / "docs" / "images" / "explorer.png"
 PAGE = "en/chapters/en/01-causal-mask.html"
-CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 EXPLORER = ".cell_output:has(.widget-toggle-buttons)"  # the first output cell with an explorer
 
 
@@ -31,8 +30,7 @@ def take(out: pathlib.Path = PICTURE) -> pathlib.Path:
     if not page_file.exists():
         raise SystemExit(f"no built site at {page_file}: run `make site` first")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM),
-                                             args=["--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"])
+        browser = launch_chromium(playwright)
         try:
             page = browser.new_page(viewport={"width": 720, "height": 1000}, device_scale_factor=1,
                                     locale="en-US", color_scheme="light")
