@@ -66,7 +66,7 @@ class Packing:
                 found.setdefault(row.call, []).append(row.implementation)
         sep = tr("audit_page.list_sep", lang=lang)
         names = [tr(f"audit.call_{call}", lang=lang) if not implementations else
-                 tr("audit.call_impls", lang=lang, call=tr(f"audit.call_{call}", lang=lang), impls=sep.join(impls))
+                 tr("audit.call_impls", lang=lang, c=tr(f"audit.call_{call}", lang=lang), i=sep.join(impls))
                  for call, impls in found.items()]
         return tr("audit.call_sep", lang=lang).join(names)
 
