@@ -53,7 +53,7 @@ def test_a_part_for_a_model_that_has_none_fails_when_the_adapter_is_built():
     assert_message_in_languages(ValueError, lambda: Adapter(llama, part="decoder"),
                                 {"en": ["part", "LlamaForCausalLM", "part=None", "'decoder'"],
                                  "de": ["als Ganzes"], "zh": ["作为整体"]})
-    with pytest.raises(ValueError, match="'encoder' or 'decoder'"):
+    with pytest.raises(ValueError, match="part='encoder' or part='decoder'"):
         Adapter(tiny_model("t5"), part="decode")
 
 
