@@ -61,7 +61,7 @@ def findings() -> list[Finding]:
         if path.name == "README.md":
             continue
         text = path.read_text("utf-8")
-        title = re.search(r"^# (.+)$", text, re.M).group(1).replace("`", "")
+        title = re.search(r"^# (.+)$", text, re.M).group(1)
         classes = re.search(r"<!-- classes: (.*?) -->", text)
         packing = re.search(r"<!-- packing: (.*?) -->", text)
         found.append(Finding(path, title, tuple(c.strip() for c in classes.group(1).split(",")) if classes else (),
