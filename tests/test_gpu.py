@@ -3,13 +3,16 @@
 What chapters 3, 6 and 8 say about CUDA, checked where it can be: flash attention takes
 ``is_causal`` but not an explicit mask, fused attention needs a fraction of the
 memory (``torch.cuda.max_memory_allocated``) and beats the explicit version in
-bfloat16 (chapter 3); a float32 decode step runs on the memory-efficient backend
-(chapter 6); a row with nothing to read is finite on every CUDA backend that takes a
-mask, zero on the math and memory-efficient ones, and on cuDNN attention over all keys
-(or zero, where a later torch fills with -inf); a varlen kernel keeps packed documents
-apart; and the block mask compiled FlexAttention runs on leaves the empty blocks out
-while its result equals SDPA with the dense mask (chapter 8; which blocks the kernel
-visits is counted from the block mask, not measured).
+bfloat16 (chapter 3); a float32 decode step runs on the memory-efficient backend, named
+by its kernel in the profiler, and deterministic mode runs cuBLAS without
+CUBLAS_WORKSPACE_CONFIG (chapter 6); a row with nothing to read is finite on every CUDA
+backend that takes a mask, zero on the math and memory-efficient ones, and on cuDNN
+attention over all keys (or zero, where a later torch fills with -inf); a varlen kernel
+keeps packed documents apart; transformers' compiled flex_attention path keeps packed
+documents apart only with use_cache=False and no attention_mask; and the block mask
+compiled FlexAttention runs on leaves the empty blocks out while its result equals SDPA
+with the dense mask (chapter 8; which blocks the kernel visits is counted from the block
+mask, not measured).
 ``ATTNLAB_REQUIRE_GPU=1`` turns the skip into a failure (the GPU script sets it,
 so a machine without a working GPU cannot pass silently).
 """
@@ -177,7 +180,56 @@ def test_a_float32_decode_step_runs_on_the_memory_efficient_backend():
             F.scaled_dot_product_attention(q, k, v)
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         efficient = F.scaled_dot_product_attention(q, k, v)
-    assert torch.equal(F.scaled_dot_product_attention(q, k, v), efficient)  # the default picks it
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as recorded:
+        default = F.scaled_dot_product_attention(q, k, v)
+        torch.cuda.synchronize()
+    kernels = sorted({event.name for event in recorded.events() if event.device_type.name == "CUDA"})
+    assert any("fmha_cutlassF" in name for name in kernels), kernels  # the memory-efficient forward kernel, by name
+    assert torch.equal(default, efficient)  # the default picks it
+
+
+# Chapter 6: PyTorch's reproducibility promise on CUDA is deterministic mode. torch 2.13's documentation no
+# longer asks for CUBLAS_WORKSPACE_CONFIG (PyTorch gives every cuBLAS handle and stream its own workspace,
+# pytorch/pytorch#161749), so cuBLAS calls run in deterministic mode without the variable, and the same
+# call twice gives the same bits. A fresh interpreter, because cuBLAS reads the variable when CUDA starts.
+def test_deterministic_mode_runs_cublas_without_cublas_workspace_config():
+    import subprocess
+    import sys
+
+    script = ("import torch\n"
+              "torch.use_deterministic_algorithms(True)\n"
+              "a, b = torch.randn(2, 512, 512, device='cuda', generator=torch.Generator(device='cuda').manual_seed(0))\n"
+              "print(torch.equal(a @ b, a @ b), torch.__version__)\n")
+    env = {key: value for key, value in os.environ.items() if key != "CUBLAS_WORKSPACE_CONFIG"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]  # an older torch raises here: set CUBLAS_WORKSPACE_CONFIG=:4096:8
+    assert done.stdout.split()[0] == "True", done.stdout
+    print("deterministic mode without CUBLAS_WORKSPACE_CONFIG, torch", done.stdout.split()[1])
+
+
+# Chapter 8: transformers' flex_attention path builds its BlockMask through the same create_causal_mask as
+# sdpa, so a packed row keeps its documents apart only with use_cache=False and no attention_mask. Through
+# model(...), compiled as transformers compiles it (on the CPU tests/test_chapters_3_6_8_claims.py runs the
+# same path eagerly).
+def test_transformers_flex_attention_keeps_packed_documents_apart_only_with_use_cache_false():
+    transformers = pytest.importorskip("transformers")
+
+    documents = [[5, 6, 7, 8, 9], [10, 11, 12, 13], [14, 15, 16]]
+    tokens = torch.tensor([sum(documents, [])], device="cuda")
+    position_ids = torch.tensor([[p for doc in documents for p in range(len(doc))]], device="cuda")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    model = transformers.LlamaForCausalLM(config).cuda().eval()
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad():
+        alone = torch.cat([model(torch.tensor([doc], device="cuda")).logits[0] for doc in documents])
+        atol = 64 * torch.finfo(alone.dtype).eps * alone.abs().max().item()
+        apart = {name: torch.allclose(model(tokens, position_ids=position_ids, **call).logits[0], alone, rtol=0, atol=atol)
+                 for name, call in {"default": {}, "use_cache=False": {"use_cache": False},
+                                    "all-ones mask": {"use_cache": False, "attention_mask": torch.ones_like(tokens)}}.items()}
+    assert apart == {"default": False, "use_cache=False": True, "all-ones mask": False}, apart
 
 
 # Chapter 8's fast path for packed rows: a varlen kernel takes the documents as cumulative lengths
