@@ -1895,11 +1895,11 @@ def _cache_left_in_eval(models, ids, atol=1e-5):
         with torch.no_grad():
             full = model(input_ids=ids).logits
             out = model(input_ids=ids[:, :1], use_cache=True)
-            pieces, past = [out.logits], out.past_key_values
+            pieces, past = [out.logits], out.cache
             for t in range(1, ids.size(1)):
-                out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                out = model(input_ids=ids[:, t:t + 1], cache=past, use_cache=True)
                 pieces.append(out.logits)
-                past = out.past_key_values
+                past = out.cache
         flags.append(bool(((torch.cat(pieces, 1) - full).abs() > atol).any()))
     return flags
 
@@ -1910,8 +1910,8 @@ def _cache_whole_prompt_then_last(models, ids, atol=1e-5):
     for model in models:
         with eval_mode(model), torch.no_grad():
             full = model(input_ids=ids).logits[:, -1]
-            past = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
-            last = model(input_ids=ids[:, -1:], past_key_values=past, use_cache=True).logits[:, -1]
+            past = model(input_ids=ids[:, :-1], use_cache=True).cache
+            last = model(input_ids=ids[:, -1:], cache=past, use_cache=True).logits[:, -1]
         flags.append(bool(((last - full).abs() > atol).any()))
     return flags
 
@@ -1924,11 +1924,11 @@ def _cache_rewrite(models, ids, atol=1e-5):
             reference = model(input_ids=ids, use_cache=False).logits[0]  # [T, V]
             n = min(2, ids.shape[1])
             step = model(input_ids=ids[:, :n], use_cache=True)
-            rows, cache = list(step.logits[0]), step.past_key_values
+            rows, cache = list(step.logits[0]), step.cache
             while n < ids.shape[1]:
-                step = model(input_ids=ids[:, n:n + 1], past_key_values=cache, use_cache=True)
+                step = model(input_ids=ids[:, n:n + 1], cache=cache, use_cache=True)
                 rows.append(step.logits[0, 0])
-                cache, n = step.past_key_values, n + 1
+                cache, n = step.cache, n + 1
         result.append(not all(torch.allclose(r, e, rtol=0.0, atol=atol) for r, e in zip(rows, reference)))
     return result
 
@@ -1942,8 +1942,8 @@ def _cache_stacked_steps(models, ids, atol=1e-5):
             one_pass = model(input_ids=ids).logits
 
             def step(token):
-                out = model(input_ids=token, past_key_values=state["past"], use_cache=True)
-                state["past"] = out.past_key_values
+                out = model(input_ids=token, cache=state["past"], use_cache=True)
+                state["past"] = out.cache
                 return out.logits[:, -1]
 
             stepped = torch.stack([step(ids[:, t:t + 1]) for t in range(ids.shape[-1])], dim=1)
@@ -2383,9 +2383,9 @@ def _cache_mean(models, ids, atol=1e-5):
             full = model(input_ids=ids).logits
             past, steps = None, []
             for t in range(ids.size(1)):
-                out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                out = model(input_ids=ids[:, t:t + 1], cache=past, use_cache=True)
                 steps.append(out.logits)
-                past = out.past_key_values
+                past = out.cache
         flags.append(bool(((torch.cat(steps, 1) - full).abs().mean(dim=-1) > atol).any()))
     return flags
 

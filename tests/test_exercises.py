@@ -24,7 +24,7 @@ def test_every_exercise_has_a_stub_and_a_solution_in_every_language():
                                            "04-teacher-forcing", "05-is-my-model-causal",
                                            "06-kv-cache", "07-bidirectional-attention",
                                            "08-masks-in-real-models", "09-ring-attention",
-                                           "10-auditing-a-real-model", "11-backward-pass"]
+                                           "10-auditing-a-real-model", "11-backward-pass", "12-decoding-faster"]
     for source in EXERCISES:
         for lang in LANGS:
             assert source.output_path(lang) == notebooks.ROOT / "exercises" / lang / f"{source.slug}.ipynb"

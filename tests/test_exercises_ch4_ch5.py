@@ -124,17 +124,19 @@ def test_a_prefix_test_that_always_writes_token_0_is_caught():
 def test_the_optional_block_task_grades_by_the_causality_tests():
     """A leaking block loses every case with the pair that assert_causal found; one that hands the
     work to the course's own block (block(x)) is refused by name (docs/exercises.md); the mutants are named."""
-    reference = grader.grade("ch4.causal_block", ch4.causal_block)
-    assert reference.points == reference.total == len(ch4.BLOCK_SIZES)
+    task = TASKS["ch4.causal_block"]
+    reference = grader.grade("ch4.causal_block", task.reference)
+    assert reference.points == reference.total == len(ch4.BLOCK_SIZES) + 2  # and the drawn inputs, the gradients
     for name in ("no_mask", "softmax_over_queries", "merge_without_transpose"):
-        result = grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants[name])
-        assert {f.problem.key for f in result.failures} == {f"grader.mutant.ch4.causal_block.{name}"}
-        assert all(f.problem.detail.key == "grader.ch4_block_leak" for f in result.failures), name
-    assert "later input" in grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants["no_mask"]).text("en")
+        result = grader.grade("ch4.causal_block", task.mutants[name])
+        cases = [f for f in result.failures if not f.drawn]
+        assert {f.problem.key for f in cases} == {f"grader.mutant.ch4.causal_block.{name}"}
+        assert all(f.problem.detail.key == "grader.ch4_block_leak" for f in cases), name
+    assert "later input" in grader.grade("ch4.causal_block", task.mutants["no_mask"]).text("en")
     copied = grader.grade("ch4.causal_block", lambda block, x: block(x))  # the task asks to write the block's forward
-    assert copied.points == 0 and {f.problem.key for f in copied.failures} == {"grader.course_copy"}
-    unscaled = grader.grade("ch4.causal_block", ch4.CAUSAL_BLOCK.mutants["no_scale"])
-    assert all(f.problem.detail.key != "grader.ch4_block_leak" for f in unscaled.failures)  # causal, only wrong
+    assert copied.points == 0 and {f.problem.key for f in copied.failures if not f.drawn} == {"grader.course_copy"}
+    unscaled = grader.grade("ch4.causal_block", task.mutants["no_scale"])
+    assert all(f.problem.detail.key != "grader.ch4_block_leak" for f in unscaled.failures if not f.drawn)  # causal, only wrong
 
 
 def test_the_block_task_sees_every_leaking_pair_so_a_mask_one_diagonal_too_wide_is_not_no_mask():

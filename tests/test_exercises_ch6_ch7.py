@@ -15,7 +15,7 @@ TASKS = learner_tasks(all_tasks())  # the grader's answers as a learner would ha
 
 
 def keys(result):
-    return {f.problem.key for f in result.failures}
+    return {f.problem.key for f in result.failures if not f.drawn}  # the task's cases (the drawn inputs come after)
 
 
 def test_the_expected_answer_of_a_decode_case_is_the_full_recomputation():
@@ -34,10 +34,10 @@ def test_the_expected_answer_of_a_decode_case_is_the_full_recomputation():
 
 
 def test_a_step_that_cannot_chain_still_gets_a_clear_message():
-    reference = ch6.decode_step
+    reference = TASKS["ch6.decode_step"].reference
     short = grader.grade("ch6.decode_step", lambda *args: (reference(*args)[0], *args[3:]))  # caches not appended
-    assert short.points == 0 and "wrong shape" in short.text()  # the keys: returned value 2 of 3 — wrong shape
-    assert keys(short) <= {"grader.returned_item", "grader.mutant.ch6.decode_step.values_not_appended"}
+    assert short.points == 0 and "wrong shape" in short.text()  # the keys: returned k_cache — wrong shape
+    assert keys(short) <= {"grader.returned_named", "grader.mutant.ch6.decode_step.caches_not_appended"}
     flat = grader.grade("ch6.decode_step", lambda *args: (reference(*args)[0][:, 0], *reference(*args)[1:]))
     assert flat.points == 0 and "wrong shape" in flat.text()
 
@@ -49,21 +49,23 @@ def test_the_worked_example_of_the_memory_task():
 
 def test_bert_rule_ignoring_the_generator_is_not_random():
     def fixed(ids, mask_id, vocab_size, generator):
-        return learner_copy(ch7.bert_corrupt)(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(0))
+        return TASKS["ch7.bert_corrupt"].reference(ids, mask_id, vocab_size, torch.Generator(device=ids.device).manual_seed(0))
 
     result = grader.grade("ch7.bert_corrupt", fixed)
-    assert result.points == 2 and keys(result) == {"grader.mlm.not_random"}  # the three large cases
+    assert result.points == 2  # the large cases: the same positions in two calls with one generator, and with two
+    assert keys(result) == {"grader.ch7.bert_corrupt.same_each_call"}
+    assert all("grader.mlm.not_random" in f.problem.keys() for f in result.failures if not f.drawn)
 
 
 def test_bert_rule_tokens_outside_the_vocabulary_float_labels_and_wrong_shares_are_named():
     def outside(ids, mask_id, vocab_size, generator):
-        inputs, labels = learner_copy(ch7.bert_corrupt)(ids, mask_id, vocab_size, generator)
+        inputs, labels = TASKS["ch7.bert_corrupt"].reference(ids, mask_id, vocab_size, generator)
         return inputs.masked_fill((labels != -100) & (inputs != mask_id) & (inputs != ids), vocab_size), labels
 
     assert "grader.mlm.outside_vocabulary" in keys(grader.grade("ch7.bert_corrupt", outside))
 
     def float_labels(ids, mask_id, vocab_size, generator):
-        inputs, labels = learner_copy(ch7.bert_corrupt)(ids, mask_id, vocab_size, generator)
+        inputs, labels = TASKS["ch7.bert_corrupt"].reference(ids, mask_id, vocab_size, generator)
         return inputs, labels.float()
 
     result = grader.grade("ch7.bert_corrupt", float_labels)
@@ -91,7 +93,7 @@ def test_the_memory_task_counts_key_value_heads():
         config, B, T, dtype = case.args
         assert ch6.kv_cache_bytes(*case.args) == KVCache(config, B, T, device="meta", dtype=dtype).nbytes
     result = grader.grade("ch6.kv_cache_bytes", with_query_heads)
-    assert result.points == result.total - len(shared)
+    assert result.points == result.total - len(shared) - 1  # the drawn inputs: tried once every case passes
     assert keys(result) == {"grader.mutant.ch6.kv_cache_bytes.query_heads"}
 
 

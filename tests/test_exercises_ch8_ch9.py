@@ -22,10 +22,11 @@ from attnlab.ring import expected_tiles
 from attnlab.rope import apply_rope
 
 TASKS = learner_tasks({task_id: task for task_id, task in all_tasks().items() if task_id.startswith(("ch8.", "ch9."))})
+_SHARD, _TILES = TASKS["ch9.shard_positions"].reference, TASKS["ch9.tiles_per_step"].reference  # copied before grading
 
 
 def keys(result):
-    return {f.problem.key for f in result.failures}
+    return {f.problem.key for f in result.failures if not f.drawn}  # the task's cases
 
 
 def test_nine_tasks_in_two_exercises_with_titles_and_messages():
@@ -123,16 +124,16 @@ def test_the_worked_example_of_the_fold():
 
 
 def test_a_list_of_lists_is_accepted_where_a_tensor_is_asked_and_the_other_way_round():
-    assert grader.grade("ch9.shard_positions", lambda T, P, layout: learner_copy(ch9.shard_positions)(T, P, layout).tolist()).passed
-    assert grader.grade("ch9.tiles_per_step", lambda *args: torch.tensor(learner_copy(ch9.tiles_per_step)(*args))).passed
+    assert grader.grade("ch9.shard_positions", lambda T, P, layout: _SHARD(T, P, layout).tolist()).passed
+    assert grader.grade("ch9.tiles_per_step", lambda *args: torch.tensor(_TILES(*args))).passed
 
 
 def test_any_integer_dtype_or_numpy_array_is_accepted_for_positions_and_tile_counts():
     np = pytest.importorskip("numpy")
-    assert grader.grade("ch9.shard_positions", lambda *args: learner_copy(ch9.shard_positions)(*args).int()).passed
-    assert grader.grade("ch9.shard_positions", lambda *args: learner_copy(ch9.shard_positions)(*args).numpy()).passed
-    assert grader.grade("ch9.tiles_per_step", lambda *args: np.array(learner_copy(ch9.tiles_per_step)(*args))).passed
-    floats = grader.grade("ch9.shard_positions", lambda *args: learner_copy(ch9.shard_positions)(*args).float())
+    assert grader.grade("ch9.shard_positions", lambda *args: _SHARD(*args).int()).passed
+    assert grader.grade("ch9.shard_positions", lambda *args: _SHARD(*args).numpy()).passed
+    assert grader.grade("ch9.tiles_per_step", lambda *args: np.array(_TILES(*args))).passed
+    floats = grader.grade("ch9.shard_positions", lambda *args: _SHARD(*args).float())
     assert floats.points == 0 and keys(floats) == {"grader.dtype"}
 
 

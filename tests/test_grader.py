@@ -170,6 +170,7 @@ COINCIDENCES = {
     # the lineups at atol = 1e-5 tell them apart (the mean is above 1e-5 there)
     ("ch10.leaky_models", frozenset({"mean_over_vocab", "loose_tolerance"})): lambda case: case.kwargs["atol"] == 5e-5,
     ("ch10.leaky_models", frozenset({"mean_over_vocab", "last_token_only"})): lambda case: case.kwargs["atol"] == 5e-5,
+    ("ch10.leaky_models", frozenset({"loose_tolerance", "last_token_only"})): lambda case: case.kwargs["atol"] == 5e-5,
     ("ch10.cache_differs", frozenset({"mean_over_vocab", "loose_tolerance"})): lambda case: case.kwargs["atol"] == 1e-4,
     ("ch10.cache_differs", frozenset({"mean_over_vocab", "tokens_only"})): lambda case: case.kwargs["atol"] == 1e-4,
     # the cache bug of a window of one changes the logits enough to change a greedy token, the small leak does not:
@@ -197,7 +198,10 @@ def test_no_two_mutants_share_an_output_on_a_case_where_they_are_wrong(task_id):
         reference = output_of(task, "", task.reference, case, n)  # what grading computed already (or computes now)
         outputs = {}
         for name, mutant in task.mutants.items():
-            out = output_of(task, name, mutant, case, n)
+            try:
+                out = output_of(task, name, mutant, case, n)
+            except Exception:  # noqa: BLE001 - a mutant that cannot run on this case (D without [:, None] on a tile
+                continue  # that is not square) names nothing there
             if not grader.same_output(out, reference):
                 outputs[name] = out
         names = list(outputs)

@@ -1,8 +1,14 @@
 """Write docs/grader-verdicts.md: every learner answer of issue 33 in tests/grader_answers.py
-(``NEW_WRONG``, ``NEW_RIGHT``) run through ``attnlab.grader.grade``, in English.
+(``NEW_WRONG``, ``NEW_RIGHT``) and of issue 50 (``ISSUE50_WRONG``) run through ``attnlab.grader.grade``,
+in English, the drawn inputs from seed 0.
 
     .venv/bin/python -m tools.grader_verdicts          # rewrite the file
     .venv/bin/python -m tools.grader_verdicts --check  # exit 1 if the file would change
+    .venv/bin/python -m tools.grader_verdicts --before verdicts.tsv  # with the verdicts of an older grader
+
+``--before``: a file of tab-separated lines ``task, answer, verdict`` written by an older grader on the same
+answers (made for the grader of 334120d with its tree checked out beside this one); the
+issue-50 table then shows both.
 
 tests/test_grader.py asserts the same verdicts (each wrong answer loses points and gets its key in
 every language, each right one full marks); this page shows them to a reader.
@@ -11,12 +17,13 @@ every language, each right one full marks); this page shows them to a reader.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "grader-verdicts.md"
-HEAD = """# Grader verdicts on new learner answers (issue 33)
+HEAD = """# Grader verdicts on learner answers (issues 33 and 50)
 
 Each answer below is in `tests/grader_answers.py` (`NEW_WRONG`, `NEW_RIGHT`) and was run through
 `attnlab.grader.grade` (what `check()` prints), in English; the tests assert the same verdicts and
@@ -66,7 +73,33 @@ def rows() -> dict[str, list[str]]:
     return out
 
 
-def text() -> str:
+CLASSES = {1: "state across calls", 2: "sizes and dtypes", 3: "copies and cheats", 4: "numerics",
+           5: "autograd cut", 6: "edges", 7: "side effects", 8: "randomness", 9: "layout"}
+
+
+def issue50_rows(before: dict[tuple[str, str], str]) -> tuple[list[str], int, int, int]:
+    """The issue-50 answers: ``(rows, full marks now, full marks before, answers)``."""
+    from grader_answers import ISSUE50_WRONG  # noqa: E402 - the tests' answers
+
+    from attnlab import grader
+
+    out, now, then = [], 0, 0
+    for task_id, answers in ISSUE50_WRONG.items():
+        for cls, what, fn, key in answers:
+            result = grader.grade(task_id, fn, seed=0)
+            keys = {k for f in result.failures for k in _keys(f.problem, task_id)}
+            wanted = key if isinstance(key, tuple) else (key,)
+            expected = not result.passed and (key is None or any(k in keys for k in wanted))
+            earlier = before.get((task_id, what), "—")
+            now += result.passed
+            then += bool(earlier) and earlier.split("/")[0] == earlier.split("/")[-1]
+            shown = ", ".join(f"`{k}`" for k in _named(result, task_id)[:3]) or "—"
+            out.append(f"| `{task_id}` | {cls} {CLASSES[cls]} | {what} | {earlier} | {result.points}/{result.total} | "
+                       f"{shown} | {'yes' if expected else 'NO'} |")
+    return out, now, then, len(out)
+
+
+def text(before: dict[tuple[str, str], str] | None = None) -> str:
     parts = [HEAD]
     wrong = 0
     for exercise, lines in sorted(rows().items()):
@@ -74,14 +107,35 @@ def text() -> str:
                      "|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
         wrong += sum(line.endswith("| NO |") for line in lines)
     parts.append(f"Answers not graded as expected: {wrong}.\n")
+    lines, now, then, n = issue50_rows(before or {})
+    parts.append("## Issue 50: answers right on the cases, wrong on the task's contract\n\n"
+                 "Each is one of the issue's classes; `before` is the verdict of the grader of 334120d (no contract), "
+                 "`after` this grader's, drawn inputs from seed 0.\n\n"
+                 "| task | class | answer | before | after | named (first keys) | as expected |\n"
+                 "|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
+    parts.append(f"Issue 50: full marks for {now} of {n} wrong answers now"
+                 + (f", {then} before." if before else ".") + "\n")
     return "\n".join(parts)
+
+
+def _before(path: str | None) -> dict[tuple[str, str], str]:
+    if not path:
+        return {}
+    verdicts = {}
+    for line in pathlib.Path(path).read_text("utf-8").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            verdicts[(parts[0], parts[1])] = parts[2]
+    return verdicts
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/grader-verdicts.md would change")
+    parser.add_argument("--before", help="verdicts of an older grader on the issue-50 answers (tab-separated)")
     args = parser.parse_args(argv)
-    new = text()
+    os.environ.setdefault("ATTNLAB_GRADER_SEED", "0")  # the same drawn inputs as the tests'
+    new = text(_before(args.before))
     if args.check:
         same = DOC.read_text("utf-8") == new
         print("docs/grader-verdicts.md is up to date" if same else "docs/grader-verdicts.md is stale")

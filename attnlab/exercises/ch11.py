@@ -33,6 +33,11 @@ def compare_float64(expected, got):
     return compare_outputs(expected, _float32_too(got))
 
 
+def compare_tile(expected, got):
+    """As compare_float64, the returned values named dq, dk, dv."""
+    return compare_outputs(expected, _float32_too(got), names=("dq", "dk", "dv"))
+
+
 # --------------------------------------------------------------------------
 # 1. score_grad(a, da, d_out, out): dS = A * (dA - D), D = rowsum(dO * O)
 
@@ -138,10 +143,15 @@ def tile_draw(d):
 
 
 def tile_cases(generator):
-    return [Case(_tile_case(generator, T, block, i, j, d, scale),
-                 label=f"T={T}, block={block}, tile=({i},{j}), d={d}" + (f", scores*{scale:g}" if scale != 1 else ""))
-            for T, block, i, j, d, scale in [(12, 4, 1, 1, 4, 1), (12, 4, 2, 0, 3, 1), (15, 5, 2, 2, 2, 400),
-                                             (16, 4, 3, 1, 5, 1), (10, 5, 1, 1, 6, 1)]]
+    cases = [Case(_tile_case(generator, T, block, i, j, d, scale),
+                  label=f"T={T}, block={block}, tile=({i},{j}), d={d}" + (f", scores*{scale:g}" if scale != 1 else ""))
+             for T, block, i, j, d, scale in [(12, 4, 1, 1, 4, 1), (12, 4, 2, 0, 3, 1), (15, 5, 2, 2, 2, 400),
+                                              (16, 4, 3, 1, 5, 1), (10, 5, 1, 1, 6, 1)]]
+    # a short tile that is not square: queries 8..10 (tiles of 4), keys 9..10 (tiles of 3); its blocked part is
+    # not a triangle of its own corner
+    cases.append(Case(_tile_case(generator, 11, 4, 2, 3, 3, 1.0, block_k=3),
+                      label="T=11, block_q=4, block_k=3, tile=(2,3), d=3"))
+    return cases
 
 
 def _exp_then_mask(q, k, v, d_out, lse, D, blocked):
@@ -222,7 +232,7 @@ TILE_BACKWARD = Task(
         "d_without_none": _d_by_key,
         "exp_then_mask": _exp_then_mask,
     },
-    compare=compare_float64,
+    compare=compare_tile,
     course_copies=("attnlab.blocked_backward.tile_grads", "attnlab.blocked_backward.blocked_backward",
                    "attnlab.blocked_backward.ByHand.backward", "attnlab.blocked_backward.attention_grads"),
     alternatives=[_tile_with_softmax],

@@ -55,7 +55,7 @@ class Contract:
     examples: int = 6  # inputs drawn per check: the low edges, the high edges, then random ones
     neighbours: bool = True  # then the first random input again with each choice drawn anew, alone
     grads: tuple[str, ...] = ()  # inputs (by name) whose gradients must equal the reference's
-    shrink_calls: int = 24  # at most this many calls to shrink a failing input
+    shrink_calls: int = 16  # at most this many calls to shrink a failing input
 
 
 class Draw:

@@ -27,6 +27,9 @@ from .timelimit import call_with_time_limit
 from .watch import Watch, _changed, input_names
 
 
+NEIGHBOURS = 8  # inputs drawn again with one choice changed, per check
+
+
 def run_seed(seed: int | None = None) -> int:
     """The seed of one check: ``seed``, else ``ATTNLAB_GRADER_SEED``, else a new one."""
     if seed is not None:
@@ -64,10 +67,14 @@ class DrawnInputs:
             # the random input with the most sizes above their smallest value (a neighbour of T = 1 shows little)
             base = max((draw for draw, _ in drawn[2:]), key=lambda draw: sum(
                 c.kind == "size" and c.value > c.options[0] for c in draw.choices))
-            for k, choice in enumerate(base.choices):
+            # one choice at a time: the sizes and options first, then each tensor's values (a layout changes
+            # across the random inputs already); at most NEIGHBOURS of them
+            order = sorted((k for k, c in enumerate(base.choices) if c.kind != "layout"),
+                           key=lambda k: base.choices[k].kind == "values")
+            for k in order[:NEIGHBOURS]:
                 draw = Draw(self._seed(100 + k), "random", replay=base.choices, fresh={k})
                 case = self._case(draw)
-                if draw.describe() != base.describe() or choice.kind == "values":
+                if draw.describe() != base.describe() or base.choices[k].kind == "values":
                     drawn.append((draw, case))
         return drawn
 

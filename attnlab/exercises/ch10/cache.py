@@ -24,11 +24,11 @@ def cache_differs(models, ids, atol=ATOL):
         with eval_mode(model), torch.no_grad():
             full = model(input_ids=ids).logits  # [1, T, V]: one pass over the whole sequence
             out = model(input_ids=ids[:, :1], use_cache=True)  # the first token
-            pieces, past = [out.logits], out.past_key_values
+            pieces, past = [out.logits], out.cache
             for t in range(1, ids.size(1)):  # then one token at a time, through the cache
-                out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                out = model(input_ids=ids[:, t:t + 1], cache=past, use_cache=True)
                 pieces.append(out.logits)
-                past = out.past_key_values
+                past = out.cache
         cached = torch.cat(pieces, dim=1)  # [1, T, V]
         flags.append(bool(((cached - full).abs() > atol).any()))
     return flags
@@ -76,11 +76,11 @@ def _cache_mutant(steps=True, train_mode=False, atol_used=None, reduce="max", co
             full = model(input_ids=ids).logits
             if steps:
                 out = model(input_ids=ids[:, :1], use_cache=True)
-                pieces, past = [out.logits], out.past_key_values
+                pieces, past = [out.logits], out.cache
                 for t in range(1, ids.size(1)):
-                    out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                    out = model(input_ids=ids[:, t:t + 1], cache=past, use_cache=True)
                     pieces.append(out.logits)
-                    past = out.past_key_values
+                    past = out.cache
                 cached = torch.cat(pieces, dim=1)
             else:  # use_cache=True on the whole sequence: the cache is filled, never read
                 cached = model(input_ids=ids, use_cache=True).logits
@@ -107,11 +107,11 @@ def _prefill_half(models, ids, atol=ATOL):
             full = model(input_ids=ids).logits
             first = max(1, T // 2)
             out = model(input_ids=ids[:, :first], use_cache=True)
-            logits, past = [out.logits], out.past_key_values
+            logits, past = [out.logits], out.cache
             for t in range(first, T):
-                out = model(input_ids=ids[:, t:t + 1], past_key_values=past, use_cache=True)
+                out = model(input_ids=ids[:, t:t + 1], cache=past, use_cache=True)
                 logits.append(out.logits)
-                past = out.past_key_values
+                past = out.cache
             flags.append(not torch.allclose(torch.cat(logits, dim=1), full, rtol=0, atol=atol))
     return flags
 
@@ -131,7 +131,7 @@ def _explicit_cache(models, ids, atol=ATOL):
                 cache = DynamicCache(config=model.config)
                 differs = False
                 for t in range(ids.size(1)):
-                    step = model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True).logits[0, -1]
+                    step = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True).logits[0, -1]
                     differs = differs or bool((step - full[t]).abs().max() > atol)
         finally:
             model.train(was)
