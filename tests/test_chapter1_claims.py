@@ -83,3 +83,29 @@ def test_chapter_1_runs_for_a_sentence_of_2_to_12_tokens(lang, sentence, monkeyp
         assert namespace["weights"].shape == (T, T)
     finally:
         attnlab.set_language("en")
+
+
+def test_sdpa_returns_zeros_for_a_left_padded_llamas_pad_rows_on_the_cpu():
+    """Chapter 1, fix 3: transformers 5.24.0 leaves a pad query's row fully blocked under sdpa (no unmasking),
+    and on the CPU SDPA returns zeros for it. Checked where a reader meets it: the attention output each layer
+    of a left-padded tiny Llama hands to its output projection (a forward pre-hook on o_proj), through
+    ``model(...)``. A GPU kernel may return other numbers (chapter 8, tests/test_gpu.py)."""
+    pytest.importorskip("transformers")
+    from attnlab.audit import tiny_model
+
+    model = tiny_model("llama", "sdpa")
+    ids = torch.randint(1, 128, (1, 6), generator=torch.Generator().manual_seed(0))  # [1, T]
+    keep = torch.tensor([[0, 0, 1, 1, 1, 1]])  # left padding: queries 0 and 1 may read nothing
+    seen = []
+    handles = [layer.self_attn.o_proj.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+               for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=keep)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(seen) == len(model.model.layers)
+    for out in seen:  # [1, T, H * d]: SDPA's output, heads concatenated
+        assert bool((out[0, :2] == 0).all()), "the pad rows are not zeros"
+        assert bool((out[0, 2:].abs().amax(-1) > 0).all()), "a real row is zero"
