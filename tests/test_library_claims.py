@@ -3,8 +3,9 @@
 English sentence, the check and the library version. This file fails on a row whose sentence
 is gone from its cell, whose check does not exist (a pytest node id, a tagged chapter cell with
 a compared output, a source file of the installed library), or whose version is not the one
-requirements/lock.txt pins. It runs nothing of the libraries: the checks themselves run in the
-suite (nbval compares the tagged cells' outputs; pytest runs the node ids)."""
+requirements/lock.txt pins. It runs nothing of the libraries apart from the three checks at its end:
+the checks themselves run in the suite (nbval compares the tagged cells' outputs; pytest runs the
+node ids)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ LIBRARIES = ("torch", "transformers")
 QUOTE = re.compile(r"“(.+?)”")
 SOURCE = re.compile(r"^source: (?P<path>[\w./-]+)@(?P<version>[\w.+-]+)(?:, lines? (?P<first>\d+)(?:-(?P<last>\d+))?)?$")
 UPSTREAM = {"pytorch/pytorch/": "torch", "huggingface/transformers/": "transformers"}
+COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 CELL_ID = re.compile(r"^md-(\d{3})$")
 TAG = re.compile(r"^claim-[a-z0-9-]+$")
 
@@ -195,7 +197,12 @@ def check_source(row: Row, check: str) -> None:
     upstream = next((lib for prefix, lib in UPSTREAM.items() if path.startswith(prefix)), None)
     library = upstream or path.split("/")[0]
     assert library in LIBRARIES, f"{row}: {path}: a file of torch/…, transformers/… (installed) or {tuple(UPSTREAM)}"
-    assert version.removeprefix("v") == locked()[library], f"{row}: {path}@{version}, but the lock pins {locked()[library]}"
+    if upstream and COMMIT.match(version):  # an upstream copy read at a commit, not at the release tag
+        assert f"read at {version}" in row.claim, (
+            f"{row}: {path}@{version} is a commit, not {library} {locked()[library]}: say so in the claim "
+            f"(“read at {version}”) and what checks the behaviour at the locked version, or which version measured it")
+    else:
+        assert version.removeprefix("v") == locked()[library], f"{row}: {path}@{version}, but the lock pins {locked()[library]}"
     assert row.versions.get(library) == locked()[library], f"{row}: the version column must name {library}"
     if upstream is None:  # in the installed package: the file and its lines must be there
         import importlib.util
@@ -253,6 +260,8 @@ def test_the_parser_reads_escaped_pipes_and_several_checks():
     ("source: transformers/no_such_file.py@5.24.0", "not in the installed transformers"),
     ("source: transformers/masking_utils.py@5.23.0", "the lock pins"),
     ("source: transformers/masking_utils.py@5.24.0, lines 1-999999", "lines"),
+    ("source: transformers/masking_utils.py@008ec6b", "the lock pins"),
+    ("source: pytorch/pytorch/aten/src/ATen/native/cpu/FlashAttentionKernel.cpp@008ec6b", "read at 008ec6b"),
     ("docs: https://docs.pytorch.org/docs/stable/notes/randomness.html", "locked version"),
 ])
 def test_a_missing_or_stale_check_fails(check, message):
