@@ -18,8 +18,6 @@ LONGER = {
                       "SelfAttention and GPT run, and the grader's course-copy lists name these classes by path",
     "attnlab/exercises/ch4.py": "chapter 4's tasks share the model builders of their cases; each task keeps its "
                                 "mutant catalog beside it (docs/exercises.md)",
-    "attnlab/exercises/ch10.py": "chapter 10's tasks share the tiny transformers models of their cases; each task "
-                                 "keeps its mutant catalog beside it",
 }
 
 
