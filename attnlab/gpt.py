@@ -353,7 +353,10 @@ class GPT(nn.Module):
         ``temperature=0`` picks the most likely token (greedy, deterministic);
         otherwise samples with ``generator``. With ``use_cache`` the prompt is
         prefilled once and every step feeds only the newest token; without it
-        every step recomputes the whole sequence. Both give the same tokens.
+        every step recomputes the whole sequence. Both compute the same logits up to
+        rounding (different shapes, chapter 6), so they choose the same tokens wherever
+        the best token leads the runner-up by more than rounding can change a logit
+        (chapter 6's lead check); a closer race may go either way.
         It runs in eval mode (no dropout), then restores the model's mode.
         """
         training = self.training

@@ -5,9 +5,11 @@ character alike. The vocabulary is every character of the course's training
 text (``attnlab/data/corpus.{en,de,zh}.txt``) and of its example sentence in
 the three languages (``tr("sentence")``), plus one id for characters it has
 never seen (``UNKNOWN``, id 0) and one id for the ``MASK`` token of masked
-language modelling (chapter 7, id 1). Like ``str.encode``, ``encode`` refuses
-a character outside its vocabulary with an error that names it
-(``errors="strict"``); ``errors="replace"`` encodes it as ``UNKNOWN`` instead.
+language modelling (chapter 7, id 1). ``encode`` refuses a character outside
+its vocabulary with an error that names it (``errors="strict"``, the default, as
+in ``str.encode``); ``errors="replace"`` encodes it as ``UNKNOWN``, the
+replacement character U+FFFD (which ``bytes.decode`` uses; ``str.encode``
+replaces with ``?``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class CharTokenizer:
 
     def encode(self, text: str, errors: str = "strict") -> list[int]:
         """One id per character. A character outside the vocabulary is an error that names it
-        (``errors="strict"``), or id 0, ``UNKNOWN`` (``errors="replace"``), as in ``str.encode``."""
+        (``errors="strict"``), or id 0, ``UNKNOWN`` (``errors="replace"``); the parameter's name and
+        meaning are those of ``str.encode`` and ``bytes.decode``."""
         from .i18n import tr
         from .inputs import describe
 

@@ -107,3 +107,42 @@ def test_generate_counts_positions_over_the_real_tokens_only():
         handle.remove()
     assert seen[0] is not None and seen[0][0, 3:].tolist() == [0, 1, 2]  # prefill: the real tokens at 0, 1, 2
     assert seen[1][0, -1].item() == 3  # the first new token continues at position 3
+
+
+def test_chapter_10s_packing_figures_are_those_of_the_committed_sweep():
+    """Chapter 10 teaches from the auditor's sweep of transformers 5.24.0 (attnlab/data/audit-transformers.json):
+    its typed counts of what the three packed calls do, and the classes it names for each group, are the JSON's."""
+    import json
+    import pathlib
+    from collections import defaultdict
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    data = json.loads((root / "attnlab" / "data" / "audit-transformers.json").read_text("utf-8"))
+    groups, kinds = defaultdict(set), defaultdict(int)
+    for verdict in data["verdicts"]:
+        packing = verdict["packing"]
+        kinds[packing["kind"]] += 1
+        if packing["kind"] == "leaks":
+            apart = {call: True for call in ("default", "no_cache", "no_cache_ones")}
+            for row in packing["rows"]:
+                apart[row["call"]] &= row["isolated"] is True
+            groups[tuple(call for call, ok in apart.items() if ok)].add(verdict["target"])
+    only_no_cache, all_but_ones, none = groups[("no_cache",)], groups[("default", "no_cache")], groups[()]
+    assert sum(map(len, groups.values())) == len(only_no_cache) + len(all_but_ones) + len(none)  # no other pattern
+    notebook = json.loads((root / "chapters" / "en" / "10-auditing-a-real-model.ipynb").read_text("utf-8"))
+    text = " ".join(" ".join("".join(cell["source"]).split()) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    na, unchecked = kinds["not_applicable"], kinds["could_not_check"]
+    for sentence in (f"Of its {len(data['verdicts'])} targets, {kinds['leaks']} let packed documents read each other",
+                     f"In {len(only_no_cache)} of them only `use_cache=False` without an `attention_mask`",
+                     f"in {len(all_but_ones)} only the all-ones mask lets them read each other",
+                     f"{len(none)} let them read each other in every call that runs",
+                     f"The other {na + unchecked} are {na} to which the check does not apply",
+                     f"and {'one' if unchecked == 1 else unchecked} that could not be checked"):
+        assert sentence in text, sentence
+    assert {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM", "GPT2LMHeadModel",
+            "PhiForCausalLM"} <= only_no_cache
+    assert all_but_ones == {"Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration",
+                            "Gemma4UnifiedForConditionalGeneration", "MoshiForCausalLM"}
+    assert {"BertLMHeadModel", "RobertaForCausalLM", "OPTForCausalLM", "JambaForCausalLM", "ZambaForCausalLM",
+            "RecurrentGemmaForCausalLM"} <= none
+    assert not groups.get(("default", "no_cache", "no_cache_ones"))  # no class keeps them apart in every call
