@@ -295,10 +295,13 @@ def saved_tensors(fn, *args, **kwargs):
 
 
 def saved_bytes_formula(B, H, T, d_v, element_size=4):
-    """(explicit attention: A [B, H, T, T]; blocked: O [B, H, T, d_v] and L [B, H, T] float32)."""
+    """(explicit attention: A [B, H, T, T]; blocked: O [B, H, T, d_v] and L [B, H, T], which is float32,
+    float64 for float64 inputs (``element_size`` 8): ``BlockedAttention`` sums in
+    ``torch.promote_types(dtype, float32)``)."""
     B, H, T, d_v = (inputs.whole_number(name, value, 1) for name, value in zip("B H T d_v".split(), (B, H, T, d_v)))
     element_size = inputs.whole_number("element_size", element_size, 1)
-    return B * H * T * T * element_size, B * H * T * d_v * element_size + B * H * T * 4
+    lse_size = 8 if element_size == 8 else 4  # L in float32, in float64 for float64 inputs (exercise 11, task 3)
+    return B * H * T * T * element_size, B * H * T * d_v * element_size + B * H * T * lse_size
 
 
 def _blocked_attend(group, block, function, q, k, v):

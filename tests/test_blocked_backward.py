@@ -88,6 +88,14 @@ def test_it_saves_o_and_l_where_explicit_attention_saves_p():
     assert ((B, H, T, T), torch.float32, p_bytes) in explicit
 
 
+def test_the_formula_counts_l_in_the_dtype_blocked_attention_keeps_it_in():
+    B, H, T, d = 1, 2, 16, 4
+    for dtype in (torch.float64, torch.bfloat16):
+        q, k, v = (torch.randn(B, H, T, d, dtype=dtype, requires_grad=True) for _ in range(3))
+        _, blocked = saved_tensors(blocked_attention_train, q, k, v, 8)
+        assert sum(n for *_, n in blocked) == saved_bytes_formula(B, H, T, d, element_size=q.element_size())[1]
+
+
 def test_the_backward_skips_the_forward_tiles_and_costs_two_and_a_half_times_its_flops():
     T, block = 64, 16
     q, k, v, d_out = torch.randn(4, 1, 2, T, 16).unbind(0)
