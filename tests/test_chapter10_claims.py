@@ -136,8 +136,8 @@ def test_chapter_10s_packing_figures_are_those_of_the_committed_sweep():
                      f"In {len(only_no_cache)} of them only `use_cache=False` without an `attention_mask`",
                      f"in {len(all_but_ones)} only the all-ones mask lets them read each other",
                      f"{len(none)} let them read each other in every call that runs",
-                     f"The other {na + unchecked} are {na} to which the check does not apply",
-                     f"and {'one' if unchecked == 1 else unchecked} that could not be checked"):
+                     f"Of the other {na + unchecked}, the check does not apply to {na}",
+                     f"and {unchecked} could not be checked"):
         assert sentence in text, sentence
     assert {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM", "GPT2LMHeadModel",
             "PhiForCausalLM"} <= only_no_cache
