@@ -19,11 +19,6 @@ from .model_sweep import sweep, sweep_json, sweep_summary, sweep_table
 from .models import MODELS, check_implementation
 from .verdicts import audit_target, verdict_line
 
-def _colon() -> str:
-    """The label colon of the reader's language: ``": "``, or ``"："`` with no space after it (Chinese)."""
-    colon = tr("audit.colon")
-    return colon if colon.endswith("：") else colon + " "
-
 
 class _Formatter(argparse.HelpFormatter):
     def add_usage(self, usage, actions, groups, prefix=None):
@@ -151,7 +146,7 @@ def _main(argv=None) -> int:
         if verdict.repro:
             print(tr("audit.repro", repro=verdict.repro))
     if verdict.packing is not None:  # the fourth check: documents packed into one row
-        print(f"{tr('audit.col_packing')}{_colon()}{verdict.packing.word()}{_colon()}{verdict.packing.reason()}")
+        print(tr("audit.packing_line", word=verdict.packing.word(), reason=verdict.packing.reason()))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(verdict.to_dict(), out, indent=1, ensure_ascii=False)
