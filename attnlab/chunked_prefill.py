@@ -4,7 +4,9 @@ A prompt of T tokens can be prefilled in chunks of C tokens: each chunk's querie
 cache (every earlier chunk) and themselves, causally. That is the causal mask aligned to the
 lower right (``torch.nn.attention.bias.causal_lower_right``): query i of a chunk that starts
 after ``cache_len`` cached positions may read keys 0 .. cache_len + i. ``is_causal=True``
-aligns it to the top left instead, and is wrong as soon as the cache is not empty.
+aligns it to the top left instead (query i reads keys 0 .. i, the oldest cached keys, and none of
+its own chunk once the cache holds C positions), and is wrong as soon as the cache is not empty.
+FlashAttention (2.1 on) aligns its ``causal=True`` to the lower right, like this chunk mask.
 
 :func:`forward_with_mask` runs the course's GPT (``attnlab.gpt``) over new tokens with a mask
 and positions given by the caller, writing their keys and values into a cache: chunked prefill
@@ -26,6 +28,7 @@ from .gpt import GPT, KVCache
 from .i18n import tr
 from .inputs import describe, whole_number
 from .multihead import merge_heads
+from .tokenizer import course_tokenizer
 
 
 def chunk_mask(C, cache_len, device=None):
@@ -51,6 +54,7 @@ def check_model(model) -> None:
 def check_masked_inputs(model, idx, cache, allowed, positions) -> torch.Tensor:
     """Clear errors before :func:`forward_with_mask` runs; returns the positions [T_new]."""
     check_model(model)
+    check_not_empty(idx)
     model.check_idx(idx)
     if not hasattr(cache, "update") or not hasattr(cache, "pos"):
         raise TypeError(tr("error.gpt_cache_type", got=describe(cache)))
@@ -121,8 +125,25 @@ def prefill_in_chunks(model, ids, chunk_size, cache, mask=chunk_mask):
 
 def check_prefill_inputs(model, ids, chunk_size) -> None:
     check_model(model)
+    check_not_empty(ids)
     model.check_idx(ids)
     whole_number("chunk_size", chunk_size, low=1)
+
+
+def check_not_empty(ids) -> None:
+    """An empty prompt is named as such, before its dtype (``torch.tensor([[]])`` is float32)."""
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2 and ids.size(1) == 0:
+        raise ValueError(tr("ch12.err_empty_prompt", got=describe(ids)))
+
+
+def prompt_ids(text: str) -> torch.Tensor:
+    """[1, T] token ids (torch.long) of ``text`` under the course's tokenizer; a clear error for an empty text."""
+    if not isinstance(text, str):
+        raise TypeError(tr("ch12.err_prompt_text", got=describe(text)))
+    ids = course_tokenizer().encode(text)
+    if not ids:
+        raise ValueError(tr("ch12.err_empty_prompt", got=repr(text)))
+    return torch.tensor([ids], dtype=torch.long)
 
 
 def copy_cache(cache: KVCache, max_len: int | None = None) -> KVCache:
@@ -139,6 +160,13 @@ def copy_cache(cache: KVCache, max_len: int | None = None) -> KVCache:
     copy.v[:, :, :, :cache.pos] = cache.v[:, :, :, :cache.pos]
     copy.pos, copy.max_len = cache.pos, max_len
     return copy
+
+
+def chunk_scores(T: int, C: int) -> list[int]:
+    """Per chunk of a prompt of ``T`` tokens in chunks of ``C``: the scores it computes per head, its
+    queries x the keys up to its end (C x (start + C); the last chunk may be shorter)."""
+    T, C = whole_number("T", T, low=1), whole_number("C", C, low=1)
+    return [min(C, T - start) * (start + min(C, T - start)) for start in range(0, T, C)]
 
 
 def prefill_work(prefix_len: int, request_lens, shared: bool) -> dict:

@@ -4,9 +4,11 @@ Speculative decoding is only worth something when a small draft agrees with the 
 often; untrained models both repeat their last token, which says nothing. Training in a
 notebook costs minutes on a CPU, and a model trained on another numeric path is another model
 (its last bits differ after every step). So both models are trained once, by
-``python -m attnlab.decoding_models`` (about 15 minutes on one core), and their weights ship with
+``python -m attnlab.decoding_models`` (about 13 minutes on one core), and their weights ship with
 the package in float16 (``attnlab/data/decoding-models.pt``, about 0.4 MB): every machine loads
-the same numbers.
+the same numbers. The file also holds what they were trained with (``metadata()``: the tokenizer's
+vocabulary, the shapes, the training settings, the torch version), and :func:`load_model` refuses
+weights whose vocabulary or settings differ from this course's: retrain them then.
 
 Both read the course's character tokenizer (``attnlab.tokenizer.course_tokenizer``) and were
 trained on the course's own prose in English, German and Chinese (``corpus``), windows of 128
@@ -17,6 +19,7 @@ The target mostly recites the course's text back; the draft guesses it less well
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import pathlib
 import sys
@@ -37,9 +40,35 @@ def config_of(name: str) -> GPTConfig:
     return GPTConfig(vocab_size=course_tokenizer().vocab_size, block_size=BLOCK_SIZE, **SHAPES[name])
 
 
+def metadata() -> dict:
+    """What the weights were trained with, stored next to them and checked on every load: the vocabulary
+    (a shifted character would shift every id after it silently), the shapes and the training settings."""
+    text = "\n".join(corpus(lang) for lang in ("en", "de", "zh"))
+    return {"vocabulary": list(course_tokenizer().chars), "block_size": BLOCK_SIZE, "shapes": SHAPES,
+            "training": TRAINING, "torch": torch.__version__,
+            "training_text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
 @lru_cache(maxsize=1)
 def _stored() -> dict:
     return torch.load(WEIGHTS, map_location="cpu", weights_only=True)
+
+
+def check_stored(stored: dict) -> None:
+    """A clear error when the shipped weights do not fit this course's tokenizer or shapes."""
+    from .i18n import tr
+
+    meta = stored.get("meta", {})
+    vocabulary = course_tokenizer().chars
+    if meta.get("vocabulary") != vocabulary:
+        old = meta.get("vocabulary") or []
+        changed = sorted(set(old) ^ set(vocabulary)) or [c for c, d in zip(old, vocabulary) if c != d]
+        raise ValueError(tr("ch12.err_weights_vocabulary", stored=len(old), current=len(vocabulary),
+                            changed=", ".join(repr(c) for c in changed[:5])))
+    ours = {"block_size": BLOCK_SIZE, "shapes": SHAPES, "training": TRAINING}
+    theirs = {key: meta.get(key) for key in ours}
+    if theirs != ours:
+        raise ValueError(tr("ch12.err_weights_settings", stored=theirs, current=ours))
 
 
 def load_model(name: str) -> GPT:
@@ -47,6 +76,7 @@ def load_model(name: str) -> GPT:
     if name not in SHAPES:
         from .i18n import tr
         raise ValueError(tr("ch12.err_model_name", options=", ".join(map(repr, SHAPES)), got=repr(name)))
+    check_stored(_stored())
     model = GPT(config_of(name))
     weights = {key: value.float() for key, value in _stored()[name].items()}
     missing, unexpected = model.load_state_dict(weights, strict=False)
@@ -88,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     weights = {name: train_model(name, log=lambda line: print(line, flush=True)) for name in SHAPES}
-    torch.save(weights, args.out)
+    torch.save({**weights, "meta": metadata()}, args.out)
     print(f"wrote {args.out}")
     return 0
 

@@ -16,7 +16,8 @@ holds, it copies that block (**copy-on-write**), so the other sequence keeps its
 :class:`PagedSequence` has the methods the course's GPT calls on a cache (``check_fits``,
 ``update``, ``advance``, ``pos``), so ``model(ids, cache=sequence)`` runs on pages. Here the
 gather copies the blocks into one tensor before SDPA; vLLM's attention kernel reads them in
-place, block by block.
+place, block by block (vLLM's paged_attention kernel, FlashAttention and FlashInfer with a
+``block_table``): the copy here costs time on every layer and step that theirs does not.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class BlockPool:
     def __init__(self, config: GPTConfig, num_blocks: int, block_size: int,
                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32):
         if not isinstance(config, GPTConfig):
-            raise TypeError(tr("error.cache_config", got=describe(config)))
+            raise TypeError(tr("ch12.err_pool_config", got=type(config).__name__))
         self.num_blocks = whole_number("num_blocks", num_blocks, low=1)
         self.block_size = whole_number("block_size", block_size, low=1)
         self.config = config
@@ -49,7 +50,8 @@ class BlockPool:
         """A free block (the lowest id), now held by one table."""
         free = [b for b, n in enumerate(self.refs) if n == 0]
         if not free:
-            raise ValueError(tr("ch12.err_pool_full", n=self.num_blocks, block_size=self.block_size))
+            raise ValueError(tr("ch12.err_pool_full", n=self.num_blocks, block_size=self.block_size,
+                                used=self.blocks_in_use, blocks=1))
         self.refs[free[0]] = 1
         return free[0]
 
@@ -94,12 +96,18 @@ def gather_kv(blocks, block_table, length):
 def check_gather_inputs(blocks, block_table, length) -> None:
     if not isinstance(blocks, torch.Tensor) or blocks.dim() != 4:
         raise ValueError(tr("ch12.err_blocks", got=describe(blocks)))
-    table = torch.as_tensor(block_table)
-    if table.dim() != 1 or table.is_floating_point() or table.dtype == torch.bool:
+    if isinstance(block_table, torch.Tensor):
+        ok = block_table.dim() == 1 and not block_table.is_floating_point() and block_table.dtype != torch.bool
+        ids = block_table.tolist() if ok else []
+    else:  # a list or tuple of whole numbers; an empty table holds no positions
+        ok = isinstance(block_table, (list, tuple)) and all(
+            isinstance(b, int) and not isinstance(b, bool) for b in block_table)
+        ids = list(block_table) if ok else []
+    if not ok:
         raise ValueError(tr("ch12.err_table", got=describe(block_table)))
-    if table.numel() and not 0 <= int(table.min()) <= int(table.max()) < blocks.size(0):
-        raise ValueError(tr("ch12.err_table_ids", high=blocks.size(0) - 1, got=table.tolist()))
-    whole_number("length", length, 0, table.numel() * blocks.size(2))
+    if ids and not 0 <= min(ids) <= max(ids) < blocks.size(0):
+        raise ValueError(tr("ch12.err_table_ids", high=blocks.size(0) - 1, got=ids))
+    whole_number("length", length, 0, len(ids) * blocks.size(2))
 
 
 class PagedSequence:
@@ -126,8 +134,10 @@ class PagedSequence:
     def reserve(self, n: int) -> None:
         """Make positions pos .. pos+n-1 writable: new blocks at the end, and a private copy of
         every block among them that another table holds too (copy-on-write)."""
+        n = whole_number("n", n, low=0)
         if n == 0:
             return
+        self.check_room(n)
         size, last = self.pool.block_size, self.pos + n - 1
         while len(self.block_table) * size <= last:
             self.block_table.append(self.pool.allocate())
@@ -154,8 +164,26 @@ class PagedSequence:
                 gather_kv(self.pool.v[layer], self.block_table, end)[None])
 
     def advance(self, n: int) -> None:
+        """Mark ``n`` more positions as filled: they must have been reserved (``update`` reserves them)."""
         n = whole_number("n", n, low=0)
+        room = len(self.block_table) * self.pool.block_size
+        if self.pos + n > room:
+            raise ValueError(tr("ch12.err_advance", n=n, pos=self.pos, room=room))
         self.pos += n
+
+    def check_room(self, n: int) -> None:
+        """A clear error before ``n`` more positions are reserved in a pool that cannot hold them: too small
+        for this sequence alone, or full because other sequences hold its blocks."""
+        size = self.pool.block_size
+        needed = -(-(self.pos + n) // size) - len(self.block_table)  # new blocks at the end
+        shared = sum(self.pool.refs[b] > 1 for b in self.block_table[self.pos // size:])  # copied on write
+        if needed + shared <= self.pool.refs.count(0):
+            return
+        if len(self.block_table) + needed > self.pool.num_blocks:
+            raise ValueError(tr("ch12.err_pool_small", n=self.pool.num_blocks, block_size=size,
+                                positions=self.pos + n, blocks=len(self.block_table) + needed))
+        raise ValueError(tr("ch12.err_pool_full", n=self.pool.num_blocks, block_size=size,
+                            used=self.pool.blocks_in_use, blocks=needed + shared))
 
     def check_fits(self, config: GPTConfig, batch_size: int, T_new: int) -> None:
         """Clear errors before a forward pass: another model's shapes, a batch, a full pool."""
@@ -167,11 +195,8 @@ class PagedSequence:
                                 model_H=config.kv_heads, model_d=config.head_dim))
         if batch_size != 1:
             raise ValueError(tr("ch12.err_paged_batch", B=batch_size))
-        size = self.pool.block_size
-        needed = -(-(self.pos + T_new) // size) - len(self.block_table)  # new blocks at the end
-        shared = sum(self.pool.refs[b] > 1 for b in self.block_table[self.pos // size:])
-        if T_new and needed + shared > self.pool.refs.count(0):
-            raise ValueError(tr("ch12.err_pool_full", n=self.pool.num_blocks, block_size=size))
+        if T_new:
+            self.check_room(T_new)
 
     def release(self) -> None:
         """Give every block back (a finished request)."""

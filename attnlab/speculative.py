@@ -165,15 +165,14 @@ def speculative_generate(target, ids, max_new_tokens, k, draft="prompt_lookup"):
     return torch.tensor([tokens], device=ids.device), stats
 
 
-def check_draft(target, draft, prompt_len: int, new_tokens: int, beyond: int = 0) -> None:
-    """A draft GPT that reads the target's tokens and has positions for the whole sequence
-    (and ``beyond`` positions past its end, where a tree's last candidates sit)."""
+def check_draft(target, draft, prompt_len: int, new_tokens: int) -> None:
+    """A draft GPT that reads the target's tokens and has positions for the whole sequence."""
     check_model(draft)
     if draft.config.vocab_size != target.config.vocab_size:
         raise ValueError(tr("ch12.err_vocab", draft=draft.config.vocab_size, target=target.config.vocab_size))
-    if prompt_len + new_tokens + beyond > draft.config.block_size:
-        raise ValueError(tr("ch12.err_room", last=prompt_len + new_tokens + beyond - 1, block_size=draft.config.block_size,
-                            room=draft.config.block_size - prompt_len - beyond))
+    if prompt_len + new_tokens > draft.config.block_size:
+        raise ValueError(tr("ch12.err_room", last=prompt_len + new_tokens - 1, block_size=draft.config.block_size,
+                            room=draft.config.block_size - prompt_len))
 
 
 # ---------------------------------------------------------------------------- sampling

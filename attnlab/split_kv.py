@@ -2,7 +2,7 @@
 
 A decode step has one query per sequence and head; one GPU thread block per (sequence, head)
 leaves most of a GPU idle when the batch is small. Flash-Decoding (Dao et al. 2023) splits the
-keys into S parts, lets each part compute its softmax-weighted output and the log-sum-exp of
+keys into n_splits parts, lets each part compute its softmax-weighted output and the log-sum-exp of
 its scores, and then combines the parts: the log-sum-exp of all keys is the log-sum-exp of the
 parts' log-sum-exps, and each part's output counts with the share exp(lse_s - lse) of the
 softmax mass (the combine of chapters 9 and 11).
@@ -31,7 +31,11 @@ from .inputs import describe, whole_number
 
 def split_plan(T_kv, split_size=None, num_splits=None, block=256):
     """The (start, end) key ranges of the splits: ``split_size`` tokens each, or ``num_splits``
-    splits of whole blocks of ``block`` keys (as FlashAttention cuts them); the last may be shorter."""
+    splits of whole blocks of ``block`` keys (as FlashAttention cuts them); the last may be shorter.
+
+    With ``num_splits`` every split gets ceil(ceil(T_kv / block) / num_splits) whole blocks, so there
+    may be fewer splits than asked: 1000 keys are 4 blocks of 256, and 3 splits of 2 blocks are
+    2 splits, (0, 512) and (512, 1000); more splits than blocks give one block each."""
     T_kv = whole_number("T_kv", T_kv, low=1)
     if (split_size is None) == (num_splits is None):
         raise ValueError(tr("ch12.err_split_choice", size=describe(split_size), count=describe(num_splits)))
@@ -44,7 +48,7 @@ def split_plan(T_kv, split_size=None, num_splits=None, block=256):
 
 def split_partials(q, k, v, plan):
     """Per split: the softmax-weighted output over its keys and the log-sum-exp of its scores.
-    q [..., T_q, d], k [..., T_kv, d], v [..., T_kv, d_v] -> outs [S, ..., T_q, d_v], lses [S, ..., T_q]."""
+    q [..., T_q, d], k [..., T_kv, d], v [..., T_kv, d_v] -> outs [n_splits, ..., T_q, d_v], lses [n_splits, ..., T_q]."""
     outs, lses = [], []
     for start, end in plan:
         scores = q @ k[..., start:end, :].transpose(-2, -1) / math.sqrt(q.size(-1))  # [..., T_q, n]
@@ -56,7 +60,7 @@ def split_partials(q, k, v, plan):
 
 def combine_splits(outs, lses):
     lse = torch.logsumexp(lses, dim=0)  # [..., T_q]: the log-sum-exp over all keys
-    weights = torch.exp(lses - lse)  # [S, ..., T_q]: each split's share of the softmax mass (they sum to 1)
+    weights = torch.exp(lses - lse)  # [n_splits, ..., T_q]: each split's share of the softmax mass (they sum to 1)
     return (weights[..., None] * outs).sum(dim=0)  # [..., T_q, d_v]
 
 
@@ -80,6 +84,8 @@ def check_split_inputs(q, k, v) -> None:
     for name, value in (("q", q), ("k", k), ("v", v)):
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             raise TypeError(tr("error.attention_float", name=name, got=describe(value)))
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(tr("ch12.err_split_dtypes", q=str(q.dtype), k=str(k.dtype), v=str(v.dtype)))
     if (q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim() or q.size(-1) != k.size(-1)
             or k.size(-2) != v.size(-2) or k.size(-2) == 0 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]):
         raise ValueError(tr("error.attention_shapes", q=list(q.shape), k=list(k.shape), v=list(v.shape)))

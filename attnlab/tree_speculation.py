@@ -33,6 +33,7 @@ from .speculative import SpeculationStats, check_draft
 
 def tree_mask(parents, cache_len):
     check_parents(parents)  # a clear error unless every parent comes before its child
+    cache_len = whole_number("cache_len", cache_len, low=0)
     N = len(parents)
     allowed = torch.zeros(N, cache_len + N, dtype=torch.bool)  # [N, cache_len + N]
     allowed[:, :cache_len] = True  # every entry reads the whole cache
@@ -65,7 +66,7 @@ def tree_depths(parents) -> list[int]:
 
 def tree_shape(branching) -> list[int]:
     """Parents of a tree with ``branching[t]`` children under every entry of depth t, root first."""
-    branching = [whole_number("branching", b, low=1) for b in branching]
+    branching = check_branching(branching)
     parents, level = [-1], [0]
     for b in branching:
         new = []
@@ -74,6 +75,13 @@ def tree_shape(branching) -> list[int]:
         level = list(range(len(parents), len(parents) + len(new)))
         parents += new
     return parents
+
+
+def check_branching(branching, high: int | None = None) -> list[int]:
+    """A tree's shape: a non-empty list of children counts per depth, each in 1..high, e.g. (2, 2, 1)."""
+    if isinstance(branching, (str, bytes)) or not isinstance(branching, (list, tuple)) or not branching:
+        raise TypeError(tr("ch12.err_branching", got=describe(branching)))
+    return [whole_number("branching", b, 1, high) for b in branching]
 
 
 def accept_path(parents, tokens, choices):
@@ -147,14 +155,14 @@ def tree_generate(target, draft, ids, max_new_tokens, branching=(2, 2, 1)):
     if ids.size(0) != 1 or ids.size(1) == 0:
         raise ValueError(tr("ch12.err_one_prompt", got=describe(ids)))
     max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=1)
-    branching = list(branching)
+    branching = check_branching(branching)
     parents = tree_shape(branching)
     total = ids.size(1) + max_new_tokens
     room = total + len(parents)  # the last step writes all its entries before it keeps a path
-    if total + len(branching) > target.config.block_size:  # the last tree reaches len(branching) past the end
-        raise ValueError(tr("ch12.err_room", last=total - 1 + len(branching), block_size=target.config.block_size,
-                            room=target.config.block_size - ids.size(1) - len(branching)))
-    check_draft(target, draft, ids.size(1), max_new_tokens, len(branching))
+    if total > target.config.block_size:  # the trees stop at the end: no candidate sits past position total - 1
+        raise ValueError(tr("ch12.err_room", last=total - 1, block_size=target.config.block_size,
+                            room=target.config.block_size - ids.size(1)))
+    check_draft(target, draft, ids.size(1), max_new_tokens)
     device = target.token_embedding.weight.device
     # a step writes every entry into its own slot, so the cache needs more slots than the sequence has
     # positions: a cache built for a config whose block_size is that room (the model's positions still end at its own)
@@ -165,15 +173,18 @@ def tree_generate(target, draft, ids, max_new_tokens, branching=(2, 2, 1)):
         target(ids[:, :-1], cache=caches[0])
     while len(tokens) < total:
         start = caches[0].pos
-        parents, entry_tokens = draft_tree(draft, caches[1], tokens, branching, stats)
+        depth = min(len(branching), total - len(tokens) - 1)  # no candidate past the end, as a chain proposes
+        if depth:
+            parents, entry_tokens = draft_tree(draft, caches[1], tokens, branching[:depth], stats)
+        else:  # the last token: the target's own choice, nothing to propose
+            parents, entry_tokens = [-1], [tokens[-1]]
         depths = torch.tensor(tree_depths(parents))
         logits = forward_with_mask(target, torch.tensor([entry_tokens], device=device), caches[0],
                                    tree_mask(parents, start).to(device), start + depths)[0]  # [N, V]
         choices = logits.argmax(dim=-1).tolist()
         path = accept_path(parents, entry_tokens, choices)
         stats.note_lead(logits[path])
-        new = [entry_tokens[i] for i in path[1:]] + [choices[path[-1]]]
-        tokens += new[:total - len(tokens)]
+        tokens += [entry_tokens[i] for i in path[1:]] + [choices[path[-1]]]  # never past the end: the tree stops there
         keep_path(caches[0], start, path)
         stats.target_passes += 1
         stats.proposed += len(parents) - 1

@@ -1830,20 +1830,130 @@ def _accepted_by_early_return(draft_tokens, target_choices):
     return min([i for i, (a, b) in enumerate(zip(draft_tokens, target_choices)) if a != b] + [len(draft_tokens)])
 
 
+def _chunk_inverted(C, cache_len):
+    return torch.ones(C, cache_len + C, dtype=torch.bool).tril(diagonal=cache_len) == False  # noqa: E712 - "blocked"
+
+
+def _chunk_int16(C, cache_len):  # the positions in int16, "small numbers"
+    return torch.arange(cache_len + C, dtype=torch.int16)[None, :] <= torch.arange(cache_len, cache_len + C).to(torch.int16)[:, None]
+
+
+def _gather_ids_plus_one(blocks, block_table, length):  # the ids read as 1-based
+    ids = torch.tensor([b + 1 for b in block_table], device=blocks.device) % blocks.size(0)
+    return blocks[ids].transpose(0, 1).flatten(1, 2)[:, :length]
+
+
+def _gather_int16(blocks, block_table, length):  # the table kept as int16 to save memory
+    table = torch.tensor(block_table).to(torch.int16).long().to(blocks.device)
+    return blocks[table].transpose(0, 1).flatten(1, 2)[:, :length]
+
+
+def _combine_wrong_axis(outs, lses):
+    lse = torch.logsumexp(lses, dim=-1, keepdim=True)  # over the queries
+    return (torch.exp(lses - lse)[..., None] * outs).sum(dim=0)
+
+
+def _combine_float64(outs, lses):  # "for precision", returned as it came out
+    weights = torch.softmax(lses.double(), dim=0)
+    return (weights[..., None] * outs.double()).sum(dim=0)
+
+
+def _tree_no_offset(parents, cache_len):
+    N = len(parents)
+    allowed = torch.zeros(N, cache_len + N, dtype=torch.bool)
+    allowed[:, :cache_len] = True
+    for i in range(N):
+        j = i
+        while j != -1:
+            allowed[i, j] = True  # the entry's column without the cache's offset
+            j = parents[j]
+    return allowed
+
+
+def _tree_inverted(parents, cache_len):
+    return ~_tree_by_sets(parents, cache_len)
+
+
+def _accepted_one_short(draft_tokens, target_choices):
+    for i, (proposed, chosen) in enumerate(zip(draft_tokens, target_choices)):
+        if proposed != chosen:
+            return i - 1
+    return len(draft_tokens) - 1
+
+
+def _accepted_all_or_nothing(draft_tokens, target_choices):
+    return len(draft_tokens) if list(draft_tokens) == list(target_choices[:len(draft_tokens)]) else 0
+
+
+def _accepted_tensor(draft_tokens, target_choices):  # a 0-d tensor from argmax
+    agree = torch.tensor([a == b for a, b in zip(draft_tokens, target_choices)] + [False])
+    return (~agree).int().argmax()
+
+
+def _accepted_bool(draft_tokens, target_choices):  # "were they all accepted?"
+    a = 0
+    while a < len(draft_tokens) and draft_tokens[a] == target_choices[a]:
+        a += 1
+    return a == len(draft_tokens)
+
+
+def _accepted_int16(draft_tokens, target_choices):  # compared as int16 tensors
+    k = len(draft_tokens)
+    if k == 0:
+        return 0
+    d, t = torch.tensor(draft_tokens).to(torch.int16), torch.tensor(target_choices[:k]).to(torch.int16)
+    return int((d == t).int().cumprod(0).sum())
+
+
+def _tree_by_powers(parents, cache_len):
+    """Ancestors as the reachability of the parent matrix: (I + P)^N > 0."""
+    N = len(parents)
+    step = torch.eye(N)
+    for i, p in enumerate(parents):
+        if p != -1:
+            step[i, p] = 1.0
+    reach = torch.linalg.matrix_power(step, N) > 0
+    return torch.cat([torch.ones(N, cache_len, dtype=torch.bool), reach], dim=1)
+
+
+def _combine_pairwise(outs, lses):
+    """One part at a time, as chapter 9's ring folds in a block: keep (out, lse), rescale both sides."""
+    out, lse = outs[0], lses[0]
+    for o, l in zip(outs[1:], lses[1:]):
+        new = torch.logaddexp(lse, l)
+        out = torch.exp(lse - new)[..., None] * out + torch.exp(l - new)[..., None] * o
+        lse = new
+    return out
+
+
 _CH12_WRONG = {
     "ch12.chunk_mask": [("additive 0/-inf mask", _chunk_additive, "grader.additive_for_bool"),
                         ("worked example C=2, cache_len=3 hard-coded", lambda C, n: torch.tensor(
-                            [[True, True, True, True, False], [True, True, True, True, True]]), "grader.hardcoded")],
+                            [[True, True, True, True, False], [True, True, True, True, True]]), "grader.hardcoded"),
+                        ("the right mask inverted (== False)", _chunk_inverted, "grader.mutant.ch12.chunk_mask.inverted")],
     "ch12.gather_kv": [("the pool zeroed after reading", _gather_zeroes_blocks, I),
-                       ("a buffer made on the CPU", _gather_cpu_buffer, "grader.device_mix")],
+                       ("a buffer made on the CPU", _gather_cpu_buffer, "grader.device_mix"),
+                       ("the ids read as 1-based", _gather_ids_plus_one, "grader.mutant.ch12.gather_kv.ids_shifted")],
     "ch12.combine_splits": [("the parts' outputs zeroed in place", _combine_scales_outs, I),
-                            ("an accumulator made on the CPU", _combine_cpu_accumulator, "grader.device_mix")],
+                            ("an accumulator made on the CPU", _combine_cpu_accumulator, "grader.device_mix"),
+                            ("the log-sum-exp over the queries", _combine_wrong_axis,
+                             "grader.mutant.ch12.combine_splits.wrong_axis"),
+                            ("computed and returned in float64", _combine_float64, "grader.ch12.combine_splits.dtype")],
     "ch12.tree_mask": [("additive 0/-inf mask", _tree_additive, "grader.additive_for_bool"),
                        ("worked example hard-coded", lambda parents, n: torch.tensor(
                            [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 0, 1, 0], [1, 1, 1, 0, 1]], dtype=torch.bool),
-                        "grader.hardcoded")],
+                        "grader.hardcoded"),
+                       ("the entries' columns without the cache offset", _tree_no_offset,
+                        "grader.mutant.ch12.tree_mask.no_offset"),
+                       ("the right mask inverted", _tree_inverted, "grader.mutant.ch12.tree_mask.inverted")],
     "ch12.accepted_length": [("the accepted tokens instead of their number", _accepted_tokens, "grader.value"),
-                             ("a float for an int", _accepted_as_float, "grader.float_for_int")],
+                             ("a float for an int", _accepted_as_float, "grader.ch12.accepted_length.float"),
+                             ("one short (return i - 1)", _accepted_one_short,
+                              "grader.mutant.ch12.accepted_length.one_short"),
+                             ("all or nothing", _accepted_all_or_nothing,
+                              "grader.mutant.ch12.accepted_length.all_or_nothing"),
+                             ("a 0-d tensor from argmax", _accepted_tensor, "grader.ch12.accepted_length.tensor"),
+                             ("a bool (all accepted?)", _accepted_bool, "grader.ch12.accepted_length.bool")],
 }
 _CH12_NEW_WRONG = {
     "ch12.chunk_mask": [("a 128 x 128 mask kept and sliced", lambda C, n: _TRIL128[n:n + C, :n + C], "grader.shape"),
@@ -1871,9 +1981,11 @@ NEW_RIGHT.update({
     "ch12.gather_kv": [("one flat index per position", _gather_by_flat_index)],
     "ch12.combine_splits": [("log_softmax of the lses as weights", lambda outs, lses: (
         torch.log_softmax(lses, dim=0).exp()[..., None] * outs).sum(dim=0))],
-    "ch12.tree_mask": [("ancestors until nothing changes", _tree_by_fixed_point)],
+    "ch12.tree_mask": [("ancestors until nothing changes", _tree_by_fixed_point),
+                       ("reachability of the parent matrix", _tree_by_powers)],
     "ch12.accepted_length": [("the first index that differs", _accepted_by_early_return)],
 })
+NEW_RIGHT["ch12.combine_splits"].append(("one part at a time, as the ring folds", _combine_pairwise))
 NEW_WRONG.update(_CH12_NEW_WRONG)
 for _task in _CH12_WRONG:
     WRONG[_task] = _CH12_WRONG[_task] + _CH12_NEW_WRONG[_task]
@@ -2574,3 +2686,16 @@ for _task_id in [t for t in RIGHT if t.startswith(("ch5.", "ch10."))]:
     RIGHT[_task_id] = _restoring_modes(RIGHT[_task_id])
 for _task_id in [t for t in NEW_RIGHT if t.startswith(("ch5.", "ch10."))]:
     NEW_RIGHT[_task_id] = [(what, _restoring_modes(fn)) for what, fn in NEW_RIGHT[_task_id]]
+
+
+# ---------------------------------------------------------------------------- chapter 12, issue 50
+# Right on exercise 12's cases, wrong on its contract (the learner answers of the fourth outside set):
+# positions, block ids and token ids in int16, which wrap past 32767.
+ISSUE50_WRONG.update({
+    "ch12.chunk_mask": [(2, "positions in int16", _chunk_int16, "grader.mutant.ch12.chunk_mask.narrow_positions")],
+    "ch12.gather_kv": [(2, "block ids in int16", _gather_int16, "grader.mutant.ch12.gather_kv.narrow_ids")],
+    # the key is not asked: a shrunk input's small answer often equals an earlier one, and the grader's
+    # kept-answer check names it first (a request to the grader, /work/helpers/requests.md)
+    "ch12.accepted_length": [(2, "token ids compared in int16", _accepted_int16, None)],
+})
+# end of chapter 12, issue 50

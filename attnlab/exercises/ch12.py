@@ -9,7 +9,8 @@ import itertools
 
 import torch
 
-from ..grader import Case, Contract, Task
+from ..grader import Case, Contract, Problem, Task
+from ..grader.compare import compare_outputs
 from . import case_device
 
 EXERCISE = "12-decoding-faster"
@@ -44,7 +45,7 @@ def _chunk(diagonal=0, cache=True, transpose=False):
 
 def chunk_draw(d):
     C = d.size("C", 1, 40, edges=(1, 2, 70))
-    cache_len = d.size("cache_len", 0, 60, edges=(0, 1, 100))
+    cache_len = d.size("cache_len", 0, 60, edges=(0, 1, 100, 40_000))  # positions past 32767: int16 wraps
     return Case((C, cache_len), label=f"C={C}, cache_len={cache_len}")
 
 
@@ -61,6 +62,9 @@ CHUNK_MASK = Task(
         "transposed": _chunk(transpose=True),
         "chunk_only": lambda C, n: torch.ones(C, C, dtype=torch.bool).tril(),
         "no_mask": lambda C, n: torch.ones(C, n + C, dtype=torch.bool),
+        "inverted": lambda C, n: ~chunk_mask(C, n),
+        "narrow_positions": lambda C, n: (torch.arange(n + C).to(torch.int16)[None, :]
+                                          <= torch.arange(n, n + C).to(torch.int16)[:, None]),
     },
     alternatives=[
         lambda C, n: torch.arange(n + C)[None, :] <= torch.arange(n, n + C)[:, None],
@@ -98,7 +102,9 @@ def gather_cases(generator):
 
 def _gather(order="table", transpose=True, cut=True):
     def gather(blocks, block_table, length):
-        ids = {"table": list(block_table), "sorted": sorted(block_table), "first": list(range(len(block_table)))}[order]
+        ids = {"table": list(block_table), "sorted": sorted(block_table), "first": list(range(len(block_table))),
+               "shifted": [b + 1 for b in block_table],
+               "narrow": torch.tensor(block_table).to(torch.int16).tolist()}[order]
         picked = blocks[torch.tensor(ids, dtype=torch.long, device=blocks.device)]  # [n, H, size, d]
         n, H, size, d = picked.shape
         rows = picked.transpose(0, 1).flatten(1, 2) if transpose else picked.reshape(H, n * size, d)
@@ -110,10 +116,15 @@ def _gather(order="table", transpose=True, cut=True):
 def gather_draw(d):
     size = d.size("block_size", 1, 8, edges=(1, 16))  # the largest edges stay small: 24 x 3 x 16 x 8 numbers
     n = d.size("blocks in the table", 1, 8, edges=(1, 16))
-    num_blocks = n + d.size("other blocks", 0, 4, edges=(0, 8))
+    num_blocks = n + d.size("other blocks", 0, 4, edges=(0, 8, 40_000))  # a pool past 32767 blocks: int16 ids wrap
     H, dim = d.size("H", 1, 3), d.size("d", 1, 8)
+    if num_blocks > 1000:  # a big pool of small blocks: 40 000 x 1 x 2 x 2 numbers, still fast
+        size, H, dim = min(size, 2), 1, min(dim, 2)
     blocks = d.normal("blocks", (num_blocks, H, size, dim), d.choice("dtype", (torch.float32, torch.float64)))
-    table = torch.randperm(num_blocks, generator=d.generator("block_table"))[:n].tolist()
+    generator = d.generator("block_table")
+    table = torch.randperm(num_blocks, generator=generator)[:n].tolist()
+    if num_blocks > 32768 and max(table) < 32768:  # at least one id past int16's range
+        table[int(torch.randint(n, (1,), generator=generator))] = 32768 + int(torch.randint(num_blocks - 32768, (1,), generator=generator))
     length = (n - 1) * size + d.size("used slots of the last block", 1, size)
     return Case((blocks, table, length), label=f"blocks={list(blocks.shape)}, block_table={table}, length={length}")
 
@@ -127,6 +138,8 @@ GATHER_KV = Task(
         "table_ignored": _gather(order="first"),
         "no_transpose": _gather(transpose=False),
         "not_cut": _gather(cut=False),
+        "ids_shifted": _gather(order="shifted"),
+        "narrow_ids": _gather(order="narrow"),
     },
     alternatives=[
         lambda blocks, table, length: torch.cat([blocks[b] for b in table], dim=1)[:, :length],
@@ -167,25 +180,19 @@ def combine_cases(generator):
     return cases
 
 
-def _combine(kind):
-    def combine(outs, lses):
-        if kind == "mean":
-            return outs.mean(dim=0)
-        if kind == "sum":
-            return outs.sum(dim=0)
-        if kind == "largest":  # the part with the largest log-sum-exp alone
-            index = lses.argmax(dim=0)[None, ..., None].expand(1, *outs.shape[1:])
-            return outs.gather(0, index)[0]
-        if kind == "no_max":
-            weights = torch.exp(lses)
-            return (weights[..., None] * outs).sum(dim=0) / weights.sum(dim=0)[..., None]
-        if kind == "not_normalized":
-            return (torch.exp(lses - lses.amax(dim=0))[..., None] * outs).sum(dim=0)
-        if kind == "linear":  # weights proportional to the log-sum-exps themselves
-            return (lses[..., None] * outs).sum(dim=0) / lses.sum(dim=0)[..., None]
-        raise ValueError(kind)
+def _weighted(weights, outs):
+    return (weights[..., None] * outs).sum(dim=0) / weights.sum(dim=0)[..., None]
 
-    return combine
+
+COMBINE_MISTAKES = {
+    "mean": lambda outs, lses: outs.mean(dim=0),
+    "sum": lambda outs, lses: outs.sum(dim=0),
+    "largest": lambda outs, lses: outs.gather(0, lses.argmax(dim=0)[None, ..., None].expand(1, *outs.shape[1:]))[0],
+    "no_max": lambda outs, lses: _weighted(torch.exp(lses), outs),
+    "not_normalized": lambda outs, lses: (torch.exp(lses - lses.amax(dim=0))[..., None] * outs).sum(dim=0),
+    "linear": lambda outs, lses: _weighted(lses, outs),  # weights proportional to the log-sum-exps themselves
+    "wrong_axis": lambda outs, lses: (torch.softmax(lses, dim=-1)[..., None] * outs).sum(dim=0),  # over the queries
+}
 
 
 def combine_draw(d):
@@ -201,23 +208,21 @@ COMBINE_SPLITS = Task(
     id="ch12.combine_splits", exercise=EXERCISE, reference=combine_splits, cases=combine_cases,
     contract=Contract(draw=combine_draw),
     course_copies=("attnlab.split_kv.combine_splits", "attnlab.split_kv.split_kv_attention"),
-    mutants={name: _combine(name) for name in ("mean", "sum", "largest", "no_max", "not_normalized", "linear")},
+    mutants=COMBINE_MISTAKES,
+    compare=lambda expected, got: combine_compare(expected, got),
     alternatives=[
         lambda outs, lses: (torch.softmax(lses, dim=0)[..., None] * outs).sum(dim=0),
         lambda outs, lses: torch.einsum("s...,s...d->...d", torch.softmax(lses, dim=0), outs),
-        lambda outs, lses: _combine_pairwise(outs, lses),
     ],
 )
 
 
-def _combine_pairwise(outs, lses):
-    """One part at a time, as chapter 9's ring folds in a block: keep (out, lse), rescale both sides."""
-    out, lse = outs[0], lses[0]
-    for o, l in zip(outs[1:], lses[1:]):
-        new = torch.logaddexp(lse, l)
-        out = torch.exp(lse - new)[..., None] * out + torch.exp(l - new)[..., None] * o
-        lse = new
-    return out
+def combine_compare(expected, got):
+    """The default comparison, with the reason a dtype must match: the parts came in that dtype."""
+    problem = compare_outputs(expected, got)
+    if problem is not None and problem.key == "grader.dtype":
+        return Problem("grader.ch12.combine_splits.dtype", dict(problem.params))
+    return problem
 
 
 # --------------------------------------------------------------------------
@@ -250,25 +255,22 @@ def tree_cases(generator):
 
 def _tree(kind):
     def mask(parents, cache_len):
-        N = len(parents)
-        allowed = torch.zeros(N, cache_len + N, dtype=torch.bool)
-        allowed[:, :cache_len] = kind != "cache_unread"
-        for i in range(N):
-            if kind == "causal":  # every earlier entry: siblings and cousins too
-                allowed[i, cache_len:cache_len + i + 1] = True
-                continue
-            if kind == "parent_only":
-                allowed[i, cache_len + i] = True
-                if parents[i] != -1:
-                    allowed[i, cache_len + parents[i]] = True
-                continue
-            j = i if kind != "no_self" else parents[i]
-            while j != -1:
-                allowed[i, cache_len + j] = True
-                j = parents[j]
-        if kind == "descendants":  # the transpose within the step: an entry reads its descendants
-            allowed[:, cache_len:] = tree_mask(parents, 0).T
-        return allowed
+        N, right = len(parents), tree_mask(parents, cache_len)
+        step = {"causal": torch.ones(N, N, dtype=torch.bool).tril(),  # every earlier entry: siblings and cousins too
+                "parent_only": torch.eye(N, dtype=torch.bool) | torch.tensor(
+                    [[j == p for j in range(N)] for p in parents], dtype=torch.bool).reshape(N, N),
+                "no_self": right[:, cache_len:] & ~torch.eye(N, dtype=torch.bool),
+                "descendants": tree_mask(parents, 0).T}  # the transpose within the step
+        if kind in step:
+            return torch.cat([right[:, :cache_len], step[kind]], dim=1)
+        if kind == "cache_unread":
+            return torch.cat([torch.zeros(N, cache_len, dtype=torch.bool), right[:, cache_len:]], dim=1)
+        if kind == "no_offset":  # entry j written at column j, among the cached keys
+            wrong = torch.zeros(N, cache_len + N, dtype=torch.bool)
+            wrong[:, :cache_len] = True
+            wrong[:, :N] |= tree_mask(parents, 0)
+            return wrong
+        return ~right  # "inverted"
 
     return mask
 
@@ -295,10 +297,10 @@ TREE_MASK = Task(
     id="ch12.tree_mask", exercise=EXERCISE, reference=tree_mask, cases=tree_cases,
     contract=Contract(draw=tree_draw),
     course_copies=("attnlab.tree_speculation.tree_mask",),
-    mutants={name: _tree(name) for name in ("causal", "parent_only", "no_self", "cache_unread", "descendants")},
+    mutants={name: _tree(name) for name in ("causal", "parent_only", "no_self", "cache_unread", "descendants",
+                                             "no_offset", "inverted")},
     alternatives=[
         lambda parents, cache_len: _tree_by_rows(parents, cache_len),
-        lambda parents, cache_len: _tree_by_powers(parents, cache_len),
     ],
 )
 
@@ -312,17 +314,6 @@ def _tree_by_rows(parents, cache_len):
         row[cache_len + i] = True
         rows.append(row)
     return torch.stack(rows)
-
-
-def _tree_by_powers(parents, cache_len):
-    """Ancestors as the reachability of the parent matrix: (I + P)^N > 0."""
-    N = len(parents)
-    step = torch.eye(N)
-    for i, p in enumerate(parents):
-        if p != -1:
-            step[i, p] = 1.0
-    reach = torch.linalg.matrix_power(step, N) > 0
-    return torch.cat([torch.ones(N, cache_len, dtype=torch.bool), reach], dim=1)
 
 
 # --------------------------------------------------------------------------
@@ -352,26 +343,41 @@ def accept_cases(generator):
 def accept_draw(d):
     k = d.size("k", 0, 8, edges=(0, 1, 20))
     agree = d.size("agreeing", 0, k)
-    vocab = d.size("vocab", 2, 50, edges=(2, 1000))
+    vocab = d.size("vocab", 2, 50, edges=(2, 1000, 262_144))  # vocabularies of 256k ids exist (Gemma)
+    apart = d.choice("first disagreement", ("another id", "an id 65536 away"))  # int16 or uint16 ids compare equal
     generator = d.generator("tokens")
     draft = torch.randint(vocab, (k,), generator=generator).tolist()
     choices = draft[:agree] + torch.randint(vocab, (k + 1 - agree,), generator=generator).tolist()
-    if agree < k and choices[agree] == draft[agree]:
+    if agree < k and apart != "another id":
+        choices[agree] = draft[agree] + 65536 if draft[agree] < 65536 else draft[agree] - 65536
+    elif agree < k and choices[agree] == draft[agree]:
         choices[agree] = (draft[agree] + 1) % vocab  # the first disagreement is where agree says
     return Case((draft, choices), label=f"draft_tokens={draft}, target_choices={choices}")
+
+
+def accept_compare(expected, got):
+    """A Python int: the decoding loop slices its tokens with it (a 0-d tensor, a bool or a float is named;
+    the grader's general rule lets a tensor and a bool pass)."""
+    kind = next((name for name, t in (("bool", bool), ("tensor", torch.Tensor), ("float", float)) if isinstance(got, t)), None)
+    return compare_outputs(expected, got) if kind is None else Problem(f"grader.ch12.accepted_length.{kind}", {"got": repr(got)})
 
 
 ACCEPTED_LENGTH = Task(
     id="ch12.accepted_length", exercise=EXERCISE, reference=accepted_length, cases=accept_cases,
     contract=Contract(draw=accept_draw),
     course_copies=("attnlab.speculative.accepted_length", "attnlab.speculative.speculative_step"),
-    mutants={
+    mutants={  # the narrow ids first: on a drawn input they can also look like another mistake
+        "narrow_ids": lambda d, c: accepted_length(torch.tensor(d, dtype=torch.long).to(torch.int16).tolist(),
+                                                   torch.tensor(c, dtype=torch.long).to(torch.int16).tolist()),
         "all_matches": lambda d, c: sum(x == y for x, y in zip(d, c)),
         "bonus_counted": lambda d, c: accepted_length(d, c) + 1,
+        "all_or_nothing": lambda d, c: len(d) if list(d) == list(c[:len(d)]) else 0,  # before shifted: a tie goes to it
         "shifted": lambda d, c: accepted_length(d, c[1:]),
         "last_unchecked": lambda d, c: accepted_length(d[:-1], c),
         "first_mismatch_only": lambda d, c: 0 if d and d[0] != c[0] else len(d),
+        "one_short": lambda d, c: accepted_length(d, c) - 1,
     },
+    compare=lambda expected, got: accept_compare(expected, got),
     alternatives=[
         lambda d, c: sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(d, c))),
         lambda d, c: next((i for i, (x, y) in enumerate(zip(d, c)) if x != y), len(d)),

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from .. import inputs
 from ..chunked_prefill import chunk_mask, top_left_mask
 from ..i18n import tr
-from ..tree_speculation import check_parents, tree_depths, tree_mask, tree_shape
+from ..tree_speculation import check_branching, check_parents, tree_depths, tree_mask, tree_shape
 from .plotting import BLOCKED_GREY, wrap_text
 from .png import figure_png
 from .widgets import image_frame, nested_stack, toggle
@@ -120,7 +120,7 @@ def _choices(name: str, values, low: int, high: int) -> list[int]:
         values = [values]
     values = list(dict.fromkeys(inputs.whole_number(name, v, low, high) for v in values))
     if not values:
-        raise ValueError(tr("error.blocks_empty"))
+        raise ValueError(tr("ch12.err_no_choices", name=name))
     return values
 
 
@@ -189,9 +189,10 @@ class TreeMaskExplorer(widgets.VBox):
     """Toggles for the tree's shape and an entry; one pre-rendered tree and mask per combination."""
 
     def __init__(self, shapes: Sequence[Sequence[int]] = ((2, 2), (3, 1)), cache_len: int = 3):
-        self.shapes = [tuple(inputs.whole_number("branching", b, 1, 4) for b in shape) for shape in shapes]
-        if not self.shapes:
-            raise ValueError(tr("error.blocks_empty"))
+        if (isinstance(shapes, (str, bytes)) or not isinstance(shapes, (list, tuple)) or not shapes
+                or not all(isinstance(shape, (list, tuple)) for shape in shapes)):
+            raise TypeError(tr("ch12.err_shapes", got=inputs.describe(shapes)))
+        self.shapes = [tuple(check_branching(shape, high=4)) for shape in shapes]
         self.cache_len = inputs.whole_number("cache_len", cache_len, 0, MAX_CACHE)
         trees = [tree_shape(shape) for shape in self.shapes]
         for parents in trees:
