@@ -240,6 +240,20 @@ def _cache_and_ids(T=3):
     return model, torch.zeros(1, T, dtype=torch.long), KVCache(model.config, 1, 8)
 
 
+def _pool_taken_by_another():
+    model = small(n_layer=1)
+    pool = BlockPool(model.config, 2, 2)
+    model(torch.tensor([[1, 2, 3]]), cache=PagedSequence(pool))  # holds both blocks
+    return lambda: model(torch.tensor([[1]]), cache=PagedSequence(pool))
+
+
+def _stored_meta(**changes):
+    from attnlab import decoding_models
+    meta = {"vocabulary": decoding_models.course_tokenizer().chars, "block_size": decoding_models.BLOCK_SIZE,
+            "shapes": decoding_models.SHAPES, "training": decoding_models.TRAINING, **changes}
+    return lambda: decoding_models.check_stored({"meta": meta})
+
+
 def _free_twice():
     pool = BlockPool(small().config, 2, 2)
     pool.release(pool.allocate())
@@ -253,13 +267,33 @@ CASES = [  # key, call, English words, German words
      ["window"], ["Sliding Window"]),
     ("ch12.err_model_name", lambda: __import__("attnlab.decoding_models", fromlist=["x"]).load_model("big"),
      ["'big'"], ["'big'"]),
-    ("ch12.err_allowed", lambda: forward_with_mask(*_cache_and_ids(), torch.ones(3, 3)), ["bool", "(3, 3)"], ["bool-Tensor"]),
+    ("ch12.err_allowed", lambda: forward_with_mask(*_cache_and_ids(), torch.ones(3, 3)), ["bool", "(3, 3)"], ["boolescher Tensor", "(3, 3)"]),
     ("ch12.err_empty_row", lambda: forward_with_mask(*_cache_and_ids(), torch.zeros(3, 3, dtype=torch.bool)),
      ["at least one key"], ["mindestens einen Key"]),
     ("ch12.err_positions", lambda: forward_with_mask(*_cache_and_ids(), chunk_mask(3, 0), torch.arange(2)),
      ["3 whole numbers"], ["3 ganzen Zahlen"]),
     ("ch12.err_pool", lambda: PagedSequence("pool"), ["BlockPool"], ["BlockPool"]),
-    ("ch12.err_pool_full", _full_pool(), ["full", "release()"], ["voll", "release()"]),
+    ("ch12.err_pool_small", _full_pool(), ["too small", "3 positions need 2 blocks"], ["zu klein", "3 Positionen brauchen 2"]),
+    ("ch12.err_pool_full", _pool_taken_by_another(), ["full", "2 of its 2 blocks", "release()"],
+     ["voll", "2 seiner 2 Blöcke", "release()"]),
+    ("ch12.err_pool_config", lambda: BlockPool("config", 2, 2), ["GPTConfig", "str"], ["GPTConfig", "str"]),
+    ("ch12.err_advance", lambda: PagedSequence(BlockPool(small().config, 2, 2)).advance(5),
+     ["advance(5)", "reserve"], ["advance(5)", "Reserviere"]),
+    ("ch12.err_prompt_text", lambda: chunked_prefill.prompt_ids(5), ["text (str)"], ["Text sein (str)"]),
+    ("ch12.err_empty_prompt", lambda: chunked_prefill.prompt_ids(""), ["empty", "at least one token"],
+     ["leer", "mindestens ein Token"]),
+    ("ch12.err_weights_vocabulary", _stored_meta(vocabulary=["a", "b"]), ["vocabulary of 2", "Retrain"],
+     ["Vokabular aus 2", "Trainiere"]),
+    ("ch12.err_weights_settings", _stored_meta(block_size=7), ["other settings", "python -m attnlab.decoding_models"],
+     ["anderen Einstellungen", "python -m attnlab.decoding_models"]),
+    ("ch12.err_split_dtypes", lambda: split_kv_attention(torch.zeros(1, 4), torch.zeros(3, 4, dtype=torch.float64),
+                                                         torch.zeros(3, 4)), ["same dtype", "torch.float64"],
+     ["denselben dtype", "torch.float64"]),
+    ("ch12.err_branching", lambda: tree_shape("22"), ["(2, 2, 1)"], ["Kinderzahlen"]),
+    ("ch12.err_shapes", lambda: __import__("attnlab.figures.decoding", fromlist=["x"]).TreeMaskExplorer("22"),
+     ["shapes=((2, 2), (3, 1))"], ["Baumformen"]),
+    ("ch12.err_no_choices", lambda: __import__("attnlab.figures.decoding", fromlist=["x"]).chunk_mask_explorer([]),
+     ["chunk_sizes"], ["mindestens einen Wert"]),
     ("ch12.err_block_free", _free_twice, ["released twice"], ["zweimal"]),
     ("ch12.err_paged_batch", lambda: small(n_layer=1)(torch.zeros(2, 3, dtype=torch.long),
                                                      cache=PagedSequence(BlockPool(small(n_layer=1).config, 4, 2))),
