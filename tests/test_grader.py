@@ -19,6 +19,7 @@ import torch
 
 from attnlab import grader, i18n
 from attnlab.exercises import all_tasks, exercise_tasks
+from attnlab.exercises.ch12 import accepted_length as ch12_accepted
 from attnlab.grader.judge import output_of  # the reference's and the mutants' outputs, once per task and case
 from attnlab.grader.model import clone
 from grader_answers import RIGHT, WRONG
@@ -185,6 +186,23 @@ COINCIDENCES = {
     ("ch11.tile_backward", frozenset({"blocked_inverted", "unmasked_p"})): lambda case: "scores*" in case.label,
     # with W >= T a window into the future reaches every later key, as the flipped causal comparison does
     ("ch8.sliding_window_mask", frozenset({"future_window", "causal_flipped"})): lambda case: case.args[1] >= case.args[0],
+    # one query and no cache (chunk_mask C=1, tree_mask of one root): the only entry is the diagonal, so blocking it
+    # and inverting the mask both give [[False]]; the larger cases tell them apart
+    ("ch12.chunk_mask", frozenset({"diagonal_blocked", "inverted"})): lambda case: case.args == (1, 0),
+    ("ch12.tree_mask", frozenset({"no_self", "inverted"})): lambda case: case.args == ([-1], 0),
+    # with one query (T_q = 1, a decode step) a softmax over the queries' axis is 1: the wrong axis is the plain sum;
+    # the cases with T_q = 2 and 3 tell them apart
+    ("ch12.combine_splits", frozenset({"sum", "wrong_axis"})): lambda case: case.args[1].size(-1) == 1,
+    # the last proposal left unchecked is wrong only where every proposal is accepted, and there it is k - 1, one
+    # short; an answer wrong on the other cases too is "one short" (it matches more cases), one wrong only there is
+    # named "last unchecked" (the first of the two in the task's order)
+    ("ch12.accepted_length", frozenset({"last_unchecked", "one_short"})):
+        lambda case: ch12_accepted(*case.args) == len(case.args[0]),
+    # comparing each proposal with the next choice stops at once wherever the first proposal differs from the
+    # target's second choice: 0, as all or nothing is wherever a proposal is rejected; the cases whose first
+    # proposal equals the second choice, or whose proposals are all accepted, tell them apart
+    ("ch12.accepted_length", frozenset({"all_or_nothing", "shifted"})):
+        lambda case: case.args[0][:1] != case.args[1][1:2] and ch12_accepted(*case.args) < len(case.args[0]),
 }
 
 

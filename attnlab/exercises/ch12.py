@@ -25,7 +25,8 @@ def chunk_mask(C, cache_len):
     return torch.ones(C, cache_len + C, dtype=torch.bool).tril(diagonal=cache_len)
 
 
-CHUNK_SIZES = [(1, 0), (3, 7), (4, 5), (4, 0), (5, 9), (6, 70)]  # (C, cache_len); the notebook shows (2, 3); C < 3 after a cache: mistakes coincide
+CHUNK_SIZES = [(1, 0), (3, 7), (4, 5), (4, 0), (5, 9), (6, 70),  # (C, cache_len); the notebook shows (2, 3)
+               (3, 40_000)]  # C < 3 after a cache: mistakes coincide; positions past 32767, where int16 wraps
 
 
 def chunk_cases(generator):
@@ -88,6 +89,7 @@ def gather_kv(blocks, block_table, length):
 GATHER_SIZES = [  # (num_blocks, H, block_size, d, table, length); the notebook shows 8 blocks of 4, [5, 2], 6
     (6, 2, 3, 4, [4, 1, 5], 7), (5, 1, 4, 3, [2], 4), (9, 3, 2, 2, [7, 0, 3, 8, 1], 9),
     (4, 2, 5, 3, [3, 0], 6), (12, 2, 4, 8, [11, 2, 9, 5, 0, 6], 21), (3, 4, 1, 2, [2, 0], 2),
+    (40_000, 2, 2, 2, [39_998, 3, 32_768], 5),  # a pool of 40 000 blocks: ids past 32767, where int16 wraps
 ]
 
 
@@ -243,7 +245,8 @@ def tree_mask(parents, cache_len):
 
 
 TREES = [  # (parents, cache_len); the notebook shows tree_shape((2, 2)) after 2 cached positions
-    ([-1], 0), ([-1, 0, 0, 0], 3), ([-1, 0, 1, 2, 3], 1), ([-1, 0, 0, 1, 1, 2], 4),
+    ([-1], 0), ([-1, 0, 0, 0], 3), ([-1, 0, 1, 2, 3], 2),  # a chain after one cached key: no_offset is no_self
+    ([-1, 0, 0, 1, 1, 2], 4),
     ([-1, 0, 0, 1, 2, 2, 5, 3], 2), ([-1, -1, 0, 1], 1), ([-1] + list(range(69)), 2),  # a chain of 70: no 64 x 64 kept
 ]
 
@@ -331,7 +334,8 @@ def accepted_length(draft_tokens, target_choices):
 
 ACCEPT = [  # (draft_tokens, target_choices); the notebook shows [a, b, c, d] against [a, b, x, ., .]
     ([], [7]), ([3, 4, 3], [3, 4, 3, 5]), ([4, 9, 2], [1, 9, 2, 6]), ([5, 6, 7, 8, 9], [5, 6, 0, 8, 9, 1]),
-    ([2, 5, 6], [2, 3, 5, 6]), ([1, 4, 1, 4, 2, 6], [1, 4, 1, 4, 0, 5, 3]), ([8], [8, 8]),
+    ([7, 7, 3, 5, 3], [7, 7, 7, 3, 5, 5]), ([1, 4, 1, 4, 2, 6], [1, 4, 1, 4, 0, 5, 3]), ([8], [8, 8]),
+    ([5, 5, 9, 65_542, 4, 9, 2], [5, 5, 9, 6, 4, 9, 5, 3]),  # ids 65536 apart: equal in int16 (a 256k vocabulary)
 ]
 
 
