@@ -119,10 +119,12 @@ def decoding_rows(sizes: Sizes, device: torch.device) -> dict:
 
 def markdown_lines(decoding: dict) -> list[str]:
     spread = lambda r: f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"  # noqa: E731
+    measured = (f" Measured on {decoding['date']}, apart from the rows above (`--only decoding`)."
+                if decoding.get("date") else "")
     lines = ["", "## Chunked prefill: peak memory and time against the chunk size C (chapter 12)", "",
              "An untrained GPT (2 layers, D = 64, H = 4) with chapter 1's explicit attention, so that the scores "
              "are tensors; the prompt is prefilled in chunks of C tokens under the chunk mask. Scores = one layer's "
-             "[1, H, C, T] float32 scores of the last chunk.", "",
+             "[1, H, C, T] float32 scores of the last chunk." + measured, "",
              "| T | C | passes | ms | peak MiB | scores MiB |", "|---|---|---|---|---|---|"]
     for r in decoding["chunked_prefill"]:
         lines.append(f"| {r['T']} | {r['C']} | {r['passes']} | {r['ms']:.1f} | {r['peak_MiB']:.2f} | {r['scores_MiB']:.2f} |")

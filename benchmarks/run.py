@@ -3,6 +3,7 @@
     python -m benchmarks.run            # CPU-sized, a few minutes on 2 cores (make bench)
     python -m benchmarks.run --full     # bigger sizes, for a bigger machine or a GPU
     python -m benchmarks.run --smoke    # tiny sizes, seconds (the test suite runs this)
+    python -m benchmarks.run --only decoding --publish  # chapter 12's rows alone, put into the stored results
 
 On a CUDA GPU the default sizes are ``gpu``: the same rows, plus bfloat16 rows from T = 1k to
 32k (flash causal against full, compiled FlexAttention with causal and sliding-window block
@@ -61,6 +62,20 @@ def run(size: str, device: torch.device) -> dict:
             "notes": notes}
 
 
+def only_decoding(stored_path: pathlib.Path, size: str, device: torch.device) -> dict:
+    """The stored result of an earlier full run of the same size, with chapter 12's rows measured now
+    (their own date and machine under ``decoding``, since the other rows were measured at another time)."""
+    if not stored_path.exists():
+        raise SystemExit(f"--only decoding needs an earlier full run in {stored_path}")
+    result = json.loads(stored_path.read_text("utf-8"))
+    if result.get("size") != size:
+        raise SystemExit(f"{stored_path} holds size {result.get('size')!r}, not {size!r}: run the full benchmark")
+    print(f"benchmarks ({size}) on {device.type}: chapter 12's decoding rows only", flush=True)
+    decoding = decoding_rows(SIZES[size], device)
+    result["decoding"] = {**decoding, "date": time.strftime("%Y-%m-%d"), "machine": machine(device)}
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     size = parser.add_mutually_exclusive_group()
@@ -70,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None, help="result file name (default: cpu or gpu)")
     parser.add_argument("--out", default=str(RESULTS), help="folder for the result files")
     parser.add_argument("--publish", action="store_true", help="also copy the JSON to attnlab/data/")
+    parser.add_argument("--only", choices=["decoding"], default=None,
+                        help="measure only chapter 12's decoding rows and put them into the stored results "
+                             "(the other rows and their date stay as they were measured)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: 1 on the CPU, where a second thread waits whenever "
                              "another process holds a core; torch's own choice on a GPU; recorded with the results)")
@@ -81,10 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads < 1:
             parser.error("--threads must be at least 1")
         torch.set_num_threads(args.threads)
-    result = run(args.size or ("gpu" if device.type == "cuda" else "default"), device)
+    size_name = args.size or ("gpu" if device.type == "cuda" else "default")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("gpu" if device.type == "cuda" else "cpu")
+    if args.only:
+        result = only_decoding(out / f"{name}.json", size_name, device)
+    else:
+        result = run(size_name, device)
     (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
     (out / f"{name}.md").write_text(markdown(result), "utf-8")
     plot(result, out / f"{name}.png")

@@ -39,6 +39,17 @@ def test_smoke_benchmark_writes_its_three_files(tmp_path):
     assert [row["target_passes"] for row in decoding["speculative"]][0] == decoding["speculative"][0]["new_tokens"]
     assert "## Speculative decoding" in (tmp_path / "smoke.md").read_text()
 
+    # --only decoding: chapter 12's rows measured again, put into the stored result with their own date
+    stored = dict(result, notes="kept as measured")
+    (tmp_path / "smoke.json").write_text(json.dumps(stored))
+    assert run.main(["--smoke", "--only", "decoding", "--device", "cpu", "--out", str(tmp_path), "--name", "smoke"]) == 0
+    merged = json.loads((tmp_path / "smoke.json").read_text())
+    assert merged["notes"] == "kept as measured" and merged["attention"] == result["attention"] and merged["date"] == result["date"]
+    assert merged["decoding"]["date"] and merged["decoding"]["machine"]["torch"]
+    assert [r["C"] for r in merged["decoding"]["chunked_prefill"]] == [r["C"] for r in decoding["chunked_prefill"]]
+    with pytest.raises(SystemExit, match="not 'default'"):
+        run.main(["--only", "decoding", "--device", "cpu", "--out", str(tmp_path), "--name", "smoke"])
+
 
 def test_paired_rounds_alternate_and_give_the_median_of_per_round_ratios():
     order = []
