@@ -124,7 +124,7 @@ def markdown_lines(decoding: dict) -> list[str]:
     lines = ["", "## Chunked prefill: peak memory and time against the chunk size C (chapter 12)", "",
              "An untrained GPT (2 layers, D = 64, H = 4) with chapter 1's explicit attention, so that the scores "
              "are tensors; the prompt is prefilled in chunks of C tokens under the chunk mask. Scores = one layer's "
-             "[1, H, C, T] float32 scores of the last chunk." + measured, "",
+             "[1, H, C, T] float32 scores of one chunk (C divides T in every size)." + measured, "",
              "| T | C | passes | ms | peak MiB | scores MiB |", "|---|---|---|---|---|---|"]
     for r in decoding["chunked_prefill"]:
         lines.append(f"| {r['T']} | {r['C']} | {r['passes']} | {r['ms']:.1f} | {r['peak_MiB']:.2f} | {r['scores_MiB']:.2f} |")
@@ -136,7 +136,9 @@ def markdown_lines(decoding: dict) -> list[str]:
     for r in p["paged"]:
         lines.append(f"| paged, block_size = {r['block_size']} | {r['bytes']:,} | {p['used_bytes'] / r['bytes']:.1%} |")
     lines += ["", f"Greedy decoding (64-token prompt, 32 steps) through the block table (blocks of 16, gathered "
-              f"per layer and step): {p['decode_ms_paged']:.1f} ms against {p['decode_ms_contiguous']:.1f} ms "
+              f"per layer and step: the course's `gather_kv` copies the sequence's keys and values, while vLLM's kernels "
+              f"read the blocks through the table in place, so the ratio measures that copy, not PagedAttention's "
+              f"cost): {p['decode_ms_paged']:.1f} ms against {p['decode_ms_contiguous']:.1f} ms "
               f"with the contiguous cache; paged/contiguous {spread(p['paged_over_contiguous'])}.",
               "", "## Speculative decoding with chapter 12's trained target and draft", "",
               "| method | new tokens | same tokens as greedy | target passes | draft passes | acceptance | ms/token "
