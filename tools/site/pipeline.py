@@ -11,6 +11,7 @@ from .font_awesome import cut_font_awesome, drop_font_awesome_js
 from .languages import build_language
 from .layout import BUILD, HTML
 from .root_page import write_language_index, write_root_page
+from .theme_words import localize_theme_words
 from .widget_frames import compress_frames
 
 
@@ -20,6 +21,7 @@ def build(languages: list[str]) -> None:
     for lang in languages:
         build_language(lang)
         write_language_index(lang)
+        print(f"{lang}: the theme's English words localized on {localize_theme_words(lang)} pages")
         drop_font_awesome_js(lang)
         sizes = cut_font_awesome(lang)
         before, after = compress_frames(lang)

@@ -20,6 +20,7 @@ import html
 import re
 
 LANGUAGE_NAMES = {"en": "English", "de": "Deutsch", "zh": "中文"}
+SWITCHER_LABEL = {"en": "Language", "de": "Sprache", "zh": "语言"}  # the switcher's accessible name
 PAGE_LANGUAGE = re.compile(r"(^|/)(en|de|zh)(/)")
 
 
@@ -38,7 +39,8 @@ def switcher_html(pagename: str, current: str) -> str:
             href = f"{up}{lang}/{page_in_language(pagename, lang)}.html"
             links.append(f'<a class="attnlab-lang-link" hreflang="{lang}" lang="{lang}" '
                          f'href="{html.escape(href)}">{name}</a>')
-    return '<nav class="attnlab-lang" aria-label="Language">' + " · ".join(links) + "</nav>\n"
+    return (f'<nav class="attnlab-lang" aria-label="{SWITCHER_LABEL[current]}">' + " · ".join(links)
+            + "</nav>\n")
 
 
 def add_pdf_link(context, pdf: dict) -> bool:
