@@ -254,6 +254,13 @@ def _stored_meta(**changes):
     return lambda: decoding_models.check_stored({"meta": meta})
 
 
+def test_the_shipped_weights_were_trained_with_the_current_tokenizer():
+    from attnlab import decoding_models
+    stored = decoding_models._stored()  # the file as shipped
+    assert stored["meta"]["vocabulary"] == list(decoding_models.course_tokenizer().chars)
+    decoding_models.check_stored(stored)  # the same check load_model runs
+
+
 def _free_twice():
     pool = BlockPool(small().config, 2, 2)
     pool.release(pool.allocate())
