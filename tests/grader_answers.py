@@ -562,8 +562,8 @@ WRONG = {
 RIGHT = {
     "ch1.causal_mask": lambda T: torch.arange(T).unsqueeze(1) >= torch.arange(T),
     # (issue 33: this rewrite took the maximum over the blocked keys too; scores far above the rest showed it)
-    "ch1.masked_softmax": lambda s, a: torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0)
-    / torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0).sum(-1, keepdim=True),
+    "ch1.masked_softmax": lambda s, a: (lambda e: e / e.sum(-1, keepdim=True))(
+        (s.masked_fill(~a, -math.inf) - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp()),
     "ch1.future_weight": lambda w, a: w.sum(-1) - (w * a).sum(-1),
     "ch1.convert_mask": lambda mask, source, target, dtype=torch.float32: (
         lambda allowed: {"sdpa": allowed, "mha": ~allowed,
@@ -2225,6 +2225,13 @@ def _softmax_fp16_fallback(scores, allowed):
         return scores.softmax(dim=-1)
 
 
+def _softmax_where_exp(s, a):
+    """4/5: exp of every score, then torch.where keeps the allowed ones: right values, but exp of a blocked score far
+    above the allowed ones is inf, and where's gradient through it is 0 * inf = NaN (issue 33's right rewrite)."""
+    e = torch.where(a, (s - s.masked_fill(~a, -math.inf).amax(-1, keepdim=True)).exp(), 0.0)
+    return e / e.sum(-1, keepdim=True)
+
+
 def _softmax_minus_30(scores, allowed):
     """4: "masking" by subtracting 30 from the blocked scores."""
     return (scores - 30.0 * (~allowed)).softmax(dim=-1)
@@ -2553,16 +2560,47 @@ class _NanoGPT128(_NanoGPTWithBias):
         super().__init__(d_model, n_heads, block_size=128)
 
 
+from attnlab.exercises.ch1 import _manual_softmax as _ch1_manual_softmax  # noqa: E402 - once an alternative
+
+_MASKS_BY_T: dict = {}
+
+
+def _causal_mask_same_tensor(T):
+    """1: the mask kept per T and the same tensor handed to every caller: a caller's edit reaches the next one
+    (independent learner answers, round 4)."""
+    if T not in _MASKS_BY_T:
+        _MASKS_BY_T[T] = torch.ones(T, T, dtype=torch.bool).tril()
+    return _MASKS_BY_T[T]
+
+
+@functools.lru_cache(maxsize=None)
+def _tile_kinds_lru(T, block):
+    """1: functools.lru_cache hands the same nested list to every caller (round 4)."""
+    return TASKS["ch3.tile_kinds"].reference(T, block)
+
+
+def _seq2seq_views(T_enc, T_dec):
+    """1: the three masks as views of one tensor: padding the encoder's keys changes the cross mask (round 4)."""
+    n = max(T_enc, T_dec)
+    everything = torch.ones(n, n, dtype=torch.bool)
+    return everything[:T_enc, :T_enc], everything[:T_dec, :T_dec].tril(), everything[:T_dec, :T_enc]
+
+
 KEPT_ANY = ("grader.memoized_case", "grader.memoized_input", "grader.memoized", "grader.keeps_state", CHANGED,
             "grader.depends_on_calls", "grader.memoized_device", "grader.hardcoded")
 ISSUE50_WRONG = {
     "ch1.causal_mask": [(2, "a 256 x 256 mask kept and sliced", _causal_mask_kept_256, "grader.shape"),
                         (7, "default device left on meta", _default_device_meta("ch1.causal_mask"),
-                         "grader.changed_default_device")],
+                         "grader.changed_default_device"),
+                        (1, "the same tensor per T for every caller", _causal_mask_same_tensor,
+                         "grader.returns_kept_object")],
     "ch1.masked_softmax": [(1, "the additive mask built once per shape (round 2)", _softmax_additive_by_shape, KEPT_ANY),
                            (4, "float16's error caught, an unmasked softmax instead", _softmax_fp16_fallback, None),
                            (4, "masked by subtracting 30", _softmax_minus_30, None),
-                           (5, "computed on detached scores", _detached("ch1.masked_softmax"), NOGRAD)],
+                           (5, "computed on detached scores", _detached("ch1.masked_softmax"), NOGRAD),
+                           (4, "exp, then the mask (its gradient: 0 * inf)", learner_copy(_ch1_manual_softmax),
+                            "grader.nan_grad"),
+                           (5, "exp everywhere, torch.where keeps the allowed", _softmax_where_exp, "grader.nan_grad")],
     "ch1.future_weight": [(1, "one output buffer per shape", _buffer_per_shape("ch1.future_weight"), CHANGED),
                           (9, "as_strided assumes a contiguous input", _strided_inputs("ch1.future_weight"), None)],
     "ch1.convert_mask": [(6, "source == target returned as it is, dtype= ignored", _convert_same_is_identity, "grader.dtype"),
@@ -2585,7 +2623,9 @@ ISSUE50_WRONG = {
                                (5, "@torch.no_grad()", _no_grad_decorated("ch3.attend_new_queries"), NOGRAD)],
     "ch3.tile_kinds": [(1, "kept per T, block left out", _memo_on("ch3.tile_kinds", 0), KEPT_ANY),
                        (3, "the course's tile_map under cProfile", _profiled(
-                           lambda T, b: attnlab.blocked.tile_map(T, b)), COPY)],
+                           lambda T, b: attnlab.blocked.tile_map(T, b)), COPY),
+                       (1, "functools.lru_cache: one nested list for every caller", _tile_kinds_lru,
+                        "grader.returns_kept_object")],
     "ch3.score_flops": [(2, "counted in an int32 tensor", _flops_int32, None),
                         (2, "a float count", _flops_float, FLOAT)],
     "ch4.shifted_targets": [(2, "ids squeezed into int16", _targets_int16, None),
@@ -2616,7 +2656,9 @@ ISSUE50_WRONG = {
                            (1, "kept per T, prefix left out", _memo_on("ch7.prefix_lm_mask", 0), KEPT_ANY)],
     "ch7.encoder_decoder_masks": [(1, "kept per T_enc, T_dec left out", _memo_on("ch7.encoder_decoder_masks", 0), KEPT_ANY),
                                   (7, "torch.set_num_threads(4)", _one_thread("ch7.encoder_decoder_masks"),
-                                   "grader.changed_threads")],
+                                   "grader.changed_threads"),
+                                  (1, "the three masks views of one tensor", _seq2seq_views,
+                                   "grader.outputs_share_memory")],
     "ch7.bert_corrupt": [(8, "a generator made from the given one's initial seed", _bert_initial_seed,
                           "grader.ch7.bert_corrupt.same_each_call"),
                          (8, "random tokens drawn from the batch", _bert_from_batch,

@@ -134,7 +134,8 @@ def test_the_time_limit_holds_in_a_kernel_and_a_stopped_cell_is_reported_as_stop
     nbformat.write(nb, path)
     graded = grader.grade_notebook(path, cell_timeout=CELL_TIMEOUT)
     tasks = {t: grader.Result.from_dict(r) for t, r in graded["tasks"].items()}
-    assert {f.problem.key for f in tasks["ch1.causal_mask"].failures} == {"grader.timeout"}
+    # the cases report the timeout; the drawn inputs' point is not tried before the cases pass (issue 50)
+    assert {f.problem.key for f in tasks["ch1.causal_mask"].failures} == {"grader.timeout", "grader.drawn_skipped"}
     stopped = tasks["ch1.masked_softmax"]
     assert stopped.points == 0 and stopped.problem is not None and stopped.problem.key == "grader.cli.cell_timeout"
     assert f"stopped after {CELL_TIMEOUT} s by the cell time limit" in grader.notebook_report(graded)

@@ -110,9 +110,9 @@ def per_row_rule(rule):
 
 def tiles_draw(draw, name_d: str | None = "d", min_block: int = 1):
     """``(T, block, d)`` for the tile-counting tasks, each its own choice: ``T`` up to a long context (counts far
-    above 2**31), ``block`` with its edges at ``T`` (one tile), ``T + 1`` (one short tile), a divisor of ``T``
+    above 2**31; the largest, 131073, and 4097 leave ragged tiles whose counts a float32 sum rounds), ``block`` with its edges at ``T`` (one tile), ``T + 1`` (one short tile), a divisor of ``T``
     (every tile whole) and at the smallest size that keeps the tiles per row at 48 or fewer."""
-    T = draw.size("T", max(1, min_block), 1500, edges=(max(1, min_block), 64, 4096, 131072))
+    T = draw.size("T", max(1, min_block), 1500, edges=(max(1, min_block), 64, 4096, 4097, 131072, 131073))
     low = max(min_block, -(-T // 48))
     divisor = next((b for b in range(max(low, int(T ** 0.5)), T + 1) if T % b == 0), T)
     block = draw.size("block", low, max(low, min(64, T + 3)), edges=(low, divisor, T, T + 1))

@@ -79,7 +79,8 @@ def score_cases(generator):
     return cases
 
 
-FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # the last (the "high" input) float64:
+# the gradients are compared there, at the largest scores
 
 
 def drawn_allowed(d, T_q, T_kv):
@@ -103,6 +104,8 @@ def scores_draw(d):
     T_q, T_kv = d.size("T_q", 1, 40, edges=(1, 300)), d.size("T_kv", 1, 40, edges=(1, 300))
     dtype = d.choice("dtype", FLOATS)
     scale = d.choice("scale", (1.0, 30.0, 1000.0))
+    if dtype in (torch.float16, torch.bfloat16):  # their steps near 1000 are 0.5 to 8: any arithmetic on the scores
+        scale = 1.0  # but softmax's own (float32 inside) would be off; float16 is here for its range and fills
     allowed = drawn_allowed(d, T_q, T_kv)
     scores = torch.randn(*lead, T_q, T_kv, generator=d.generator("scores"), dtype=torch.float64) * scale
     if d.flag("blocked_high"):
@@ -111,6 +114,8 @@ def scores_draw(d):
 
 
 def _manual_softmax(scores, allowed):
+    """Right values, but not a right answer since issue 50: exp of a blocked score far above the allowed ones
+    overflows before the mask, and its gradient is 0 * inf = NaN (tests/grader_answers.py)."""
     top = scores.masked_fill(~allowed, NEG_INF).amax(dim=-1, keepdim=True)  # the maximum over the allowed keys
     e = (scores - top).exp().masked_fill(~allowed, 0.0)
     return e / e.sum(dim=-1, keepdim=True)
@@ -143,7 +148,6 @@ MASKED_SOFTMAX = Task(
         lambda s, a: torch.where(a, s, NEG_INF).softmax(dim=-1),
         lambda s, a: (s + torch.zeros_like(s).masked_fill(~a, NEG_INF)).softmax(dim=-1),
         lambda s, a: s.masked_fill(~a, torch.finfo(s.dtype).min).softmax(dim=-1),
-        _manual_softmax,
         lambda s, a: torch.nn.functional.softmax(s.masked_fill(~a, NEG_INF), dim=-1),
     ],
 )
@@ -289,7 +293,7 @@ def convert_draw(d):
     allowed = torch.rand(shape, generator=d.generator("mask")) < 0.6
     if source == "additive":
         fill = d.choice("fill", (float("-inf"), "finfo.min", -1e4))
-        source_dtype = d.choice("source_dtype", (torch.float32, torch.float16, torch.float64))
+        source_dtype = d.choice("source_dtype", (torch.float32, torch.float64, torch.float16))  # "high": not dtype=
         fill = torch.finfo(source_dtype).min if fill == "finfo.min" else fill
         mask = torch.zeros(shape, dtype=source_dtype).masked_fill(~allowed, fill)
     else:

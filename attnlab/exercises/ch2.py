@@ -32,9 +32,9 @@ def split_cases(generator):
 
 
 def _heads_sizes(d):
-    B, T = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 30, edges=(1, 257))
-    H, head = d.size("H", 1, 8, edges=(1, 16)), d.size("d", 1, 16, edges=(1, 64))
-    dtype = d.choice("dtype", (torch.float32, torch.float64, torch.float16, torch.bfloat16))
+    B, T = d.size("B", 1, 4, edges=(1,)), d.size("T", 1, 30, edges=(1, 130))
+    H, head = d.size("H", 1, 8, edges=(1, 16)), d.size("d", 1, 16, edges=(1, 32))
+    dtype = d.choice("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
     return B, T, H, head, dtype
 
 

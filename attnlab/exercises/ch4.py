@@ -433,7 +433,7 @@ def block_draw(d):
     T, V = d.size("T", 1, 8, edges=(1, 10)), d.size("V", 2, 30, edges=(2,))
     config = GPTConfig(vocab_size=V, block_size=max(T, 2), n_layer=1, n_head=H, n_embd=H * head)
     generator = d.generator("weights")  # weights larger than at initialization: the attention moves the output
-    state = {name: p.to(d.device) for name, p in random_gpt_state(config, generator, blocks=2.0).items()}
+    state = {name: p.to(d.device) for name, p in random_gpt_state(config, generator, blocks=1.0).items()}
     x = d.normal("x", (d.size("B", 1, 3, edges=(1,)), T, H * head), torch.float32)
     idx = torch.randint(0, V, (1, max(T, 2)), generator=generator).to(d.device)  # the leak tests need T >= 2
     return Case((config, state, x, idx), label=f"B={x.size(0)}, T={T}, n_head={H}, d={head}, x: {d.choices[-1].value}")

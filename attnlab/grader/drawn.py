@@ -20,6 +20,7 @@ import torch
 
 from .compare import compare_outputs, compare_values, same_output
 from .contract import Draw, tolerances
+from .edits import edit, editable, put_all_back
 from .learner_function import _keeps_tensors
 from .model import Case, Problem, clone
 from .tensors import _tensors
@@ -64,26 +65,28 @@ class DrawnInputs:
             draw = Draw(self._seed(n), schedule)
             drawn.append((draw, self._case(draw)))
         if self.contract.neighbours and len(drawn) > 2:
-            # the random input with the most sizes above their smallest value (a neighbour of T = 1 shows little)
-            base = max((draw for draw, _ in drawn[2:]), key=lambda draw: sum(
+            # the random inputs with the most sizes above their smallest value (a neighbour of T = 1 shows little):
+            # two of them where an input has few choices (a task of a few numbers), one otherwise
+            bases = sorted((draw for draw, _ in drawn[2:]), key=lambda draw: -sum(
                 c.kind == "size" and c.value > c.options[0] for c in draw.choices))
-            # one choice at a time: the sizes and options first, then each tensor's values (a layout changes
-            # across the random inputs already); at most NEIGHBOURS of them
-            order = sorted((k for k, c in enumerate(base.choices) if c.kind != "layout"),
-                           key=lambda k: base.choices[k].kind == "values")
-            for k in order[:NEIGHBOURS]:
-                draw = Draw(self._seed(100 + k), "random", replay=base.choices, fresh={k})
-                case = self._case(draw)
-                if draw.describe() != base.describe() or base.choices[k].kind == "values":
-                    drawn.append((draw, case))
+            for b, base in enumerate(bases[:2 if len(bases[0].choices) <= 4 else 1]):
+                # one choice at a time: the sizes and options first, then each tensor's values (a layout
+                # changes across the random inputs already); at most NEIGHBOURS of them
+                order = sorted((k for k, c in enumerate(base.choices) if c.kind != "layout"),
+                               key=lambda k: base.choices[k].kind == "values")
+                for k in order[:NEIGHBOURS]:
+                    draw = Draw(self._seed(100 * (b + 1) + k), "random", replay=base.choices, fresh={k})
+                    case = self._case(draw)
+                    if draw.describe() != base.describe() or base.choices[k].kind == "values":
+                        drawn.append((draw, case))
         return drawn
 
     # --- one call
-    def difference(self, expected: Any, got: Any) -> Problem | None:
+    def difference(self, expected: Any, got: Any, case: Case | None = None) -> Problem | None:
         task = self.task
         if task.compare is not None:
             return task.compare(expected, got)
-        atol, rtol = tolerances(expected, task.atol, task.rtol)
+        atol, rtol = tolerances(expected, task.atol, task.rtol, case.args if case is not None else ())
         return compare_outputs(expected, got, atol, rtol, names=task.output_names)
 
     def one(self, case: Case) -> tuple[Problem | None, Any, Any, tuple | None]:
@@ -109,7 +112,7 @@ class DrawnInputs:
         expected = task.run(task.reference, case)  # after the learner's call: not on the stack during it
         self.history.append(("", 0, got, expected))
         try:
-            problem = self.difference(expected, got)
+            problem = self.difference(expected, got, case)
         except Exception:  # noqa: BLE001 - an output the comparison cannot read
             problem = Problem("grader.unreadable", {"got": type(got).__name__})
         extras = watch.problems(task)
@@ -130,18 +133,49 @@ class DrawnInputs:
                 return (*self.explain(k, inputs, kept, problem, got, expected), *self.gradients_skipped())
             kept.append((k, case, got, expected, args))
         for k, case, got, expected, args in kept:  # again, after every later call
-            if got is not None and self.difference(expected, got) is not None:
-                detail = self.difference(expected, got)
+            if got is not None and self.difference(expected, got, case) is not None:
+                detail = self.difference(expected, got, case)
                 return (self.wrapped(k, inputs, Problem("grader.output_changed", detail=detail)), inputs[k][1].label,
                         *self.gradients_skipped())
             for name, before, after in zip(input_names(self.task, case), case.args, args or ()):
                 if _changed(before, after):
                     problem = Problem("grader.input_changed_later", {"name": name})
                     return (self.wrapped(k, inputs, problem), inputs[k][1].label, *self.gradients_skipped())
+        for k, case, got, expected, args in kept:  # a caller edits what came back: the first input that returns objects
+            if case.judge is None and editable(got):
+                problem = self.edited(case, got, args)
+                if problem is not None:
+                    return (self.wrapped(k, inputs, problem), inputs[k][1].label, *self.gradients_skipped())
+                break
         if not self.contract.grads:
             return None, "", None, ""
         problem, label = self.gradients(inputs)
         return None, "", problem, label
+
+    def edited(self, case: Case, got: Any, args: tuple | None) -> Problem | None:
+        """What a caller's edit of the returned objects does: a returned tensor that shares memory with another
+        one (not with an input: views of the caller's own tensors are its business) changes with it; and the next
+        call on the same input must not hand back the edited object (a memo, ``functools.lru_cache``). The edits
+        are undone afterwards: a learner's memo stays as it was."""
+        names = self.task.output_names or tuple(f"#{n + 1}" for n in range(len(got) if isinstance(got, tuple) else 0))
+        returned = [(name, t) for name, t in zip(names, got) if isinstance(t, torch.Tensor)] if isinstance(got, tuple) else []
+        theirs = {t.untyped_storage().data_ptr() for t in _tensors(args or ()) if not t.is_meta}
+        undo: list = []
+        try:
+            for n, (name, tensor) in enumerate(returned):
+                others = [(o, t, t.detach().clone()) for o, t in returned[:n] + returned[n + 1:]
+                          if t.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+                          and t.untyped_storage().data_ptr() not in theirs]
+                if others and edit(tensor, undo):
+                    changed = [o for o, t, before in others if not same_output(t.detach(), before)]
+                    put_all_back(undo)
+                    if changed:
+                        return Problem("grader.outputs_share_memory", {"a": name, "b": changed[0]})
+            edit(got, undo)
+            problem = self.one(case)[0]
+        finally:
+            put_all_back(undo)
+        return None if problem is None else Problem("grader.returns_kept_object", detail=problem)
 
     def gradients_skipped(self) -> tuple[Problem | None, str]:
         if not self.contract.grads:
@@ -225,15 +259,20 @@ class DrawnInputs:
         respect to the inputs the contract names, compared with the reference's."""
         chosen = None
         candidates = [case for _, case in inputs if case.judge is None and self._all_of(case, torch.float64, torch.float32)]
-        if candidates:  # float64 first; of those, the smallest that is not the edge of one element
-            chosen = min(candidates, key=lambda case: (not self._all_of(case, torch.float64),
-                                                      self._size(case) < 8, self._size(case)))
+        if candidates:  # float64 first; of those the largest values (where a gradient breaks), then the smallest
+            chosen = min(candidates, key=lambda case: (not self._all_of(case, torch.float64), self._size(case) < 8,
+                                                      -self._largest(case), self._size(case)))
         if chosen is None:
             return None, ""
         names = input_names(self.task, chosen)
         slots = [names.index(name) for name in self.contract.grads if name in names]
         problem = self._compare_gradients(chosen, slots, names)
         return problem, chosen.label
+
+    def _largest(self, case: Case) -> float:
+        names = input_names(self.task, case)
+        values = [case.args[names.index(name)] for name in self.contract.grads if name in names]
+        return max((float(v[v.isfinite()].abs().max()) for v in values if v.isfinite().any()), default=0.0)
 
     def _size(self, case: Case) -> int:
         names = input_names(self.task, case)
@@ -307,5 +346,7 @@ class DrawnInputs:
                 atol, rtol = 10 * atol, 10 * rtol
             values = compare_values(theirs.detach().double(), mine.detach().double(), atol, rtol)
             if values is not None:
-                return Problem("grader.wrong_grad", {"name": name}, detail=values)
+                key = "grader.nan_grad" if values.key == "grader.nan" else "grader.wrong_grad"
+                return Problem(key, {"name": name}, detail=values)
         return None
+

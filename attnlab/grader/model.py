@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import itertools
-import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -15,6 +13,7 @@ import torch
 
 from ..i18n import tr
 from .contract import Contract, same_layout_clone  # noqa: F401 - Contract: the type of Task.contract
+from .patches import pristine_torch
 
 
 @dataclass
@@ -137,81 +136,6 @@ def default_dtype(dtype: torch.dtype = torch.float32):
         yield
     finally:
         torch.set_default_dtype(before)
-
-
-def _namespaces() -> dict[str, Any]:
-    import torch.nn.functional as F
-
-    return {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
-            "torch.linalg": torch.linalg, "torch.special": torch.special}
-
-
-def torch_attributes() -> dict[str, dict]:
-    """What torch's namespaces hold now (the names a learner could patch)."""
-    return {name: dict(vars(space)) for name, space in _namespaces().items()}
-
-
-PRISTINE = torch_attributes()  # as the course imported torch: references run on these
-
-
-def _differences(before: dict[str, dict]):
-    """``(namespace name, space, attribute)`` for every torch attribute not as in ``before``."""
-    for name, space in _namespaces().items():
-        now, then = vars(space), before[name]
-        still = _all_still_there(now, then)
-        if not still:
-            for attr, old in then.items():  # replaced or deleted (a name torch adds lazily is not a patch)
-                if ((not attr.startswith("_") or attr in _OPERATORS) and attr not in _SET_BY_TORCH
-                        and now.get(attr, _MISSING) is not old):
-                    yield name, space, attr
-        if isinstance(space, type) and not (still and len(now) == len(then)):  # a new attribute of a class
-            for attr in set(now) - set(then):  # that hides an inherited one (Tensor.softmax)
-                if any(attr in vars(base) for base in space.__mro__[1:]):
-                    yield name, space, attr
-
-
-def _all_still_there(now, then: dict) -> bool:
-    """Whether every name of ``then`` still holds the same object in namespace ``now``, compared
-    by identity in C (``map`` over ``now.get``): a few microseconds for torch's thousands of names,
-    checked around every graded call; new names in ``now`` (torch adds some lazily) do not count."""
-    return all(map(operator.is_, map(now.get, then, itertools.repeat(_MISSING)), then.values()))
-
-
-_MISSING = object()
-_SET_BY_TORCH = {"Storage"}  # torch.set_default_dtype rebinds torch.Storage: not a learner's patch
-_OPERATORS = {"__call__", "__matmul__", "__add__", "__sub__", "__mul__", "__truediv__", "__getitem__", "__setitem__"}
-
-
-def patched_names(before: dict[str, dict]) -> list[str]:
-    """Names of torch attributes that differ from ``before`` (``torch.softmax``, ``torch.Tensor.exp``)."""
-    return sorted(f"{name}.{attr}" for name, _, attr in _differences(before))
-
-
-def restore_torch(before: dict[str, dict]) -> None:
-    """Put torch's namespaces back as in ``before``."""
-    for name, space, attr in list(_differences(before)):
-        try:
-            if attr in before[name]:
-                setattr(space, attr, before[name][attr])
-            else:
-                delattr(space, attr)
-        except (AttributeError, TypeError):
-            pass
-
-
-@contextlib.contextmanager
-def pristine_torch():
-    """Run on torch as the course imported it: a function a notebook cell patched is put back for the
-    duration (the references cannot be reached by a learner's patch), and the patch restored after."""
-    if not patched_names(PRISTINE):
-        yield
-        return
-    now = torch_attributes()
-    restore_torch(PRISTINE)
-    try:
-        yield
-    finally:
-        restore_torch(now)
 
 
 class Refusal(Exception):
@@ -382,7 +306,7 @@ def watched_models(*models):
                 note(Problem("grader.left_in_eval"))
             for (name, module), old in zip(model.named_modules(), was):
                 new = _settings(module)
-                changed = [key for key in old if new.get(key, _MISSING) != old[key]]
+                changed = [key for key in old if new.get(key, _UNSET) != old[key]]
                 if changed:
                     note(Problem("grader.changed_model_attribute", {
                         "name": f"{name}.{changed[0]}" if name else changed[0], "before": old[changed[0]],
@@ -396,6 +320,9 @@ def watched_models(*models):
                 if current is None or current.shape != value.shape or not torch.equal(current.detach(), value):
                     note(Problem("grader.changed_weights", {"name": name}))
                     break
+
+
+_UNSET = object()  # a setting the module no longer has
 
 
 def _settings(module) -> dict:

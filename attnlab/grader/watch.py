@@ -17,7 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from . import state
 from .course_copies import Traps
 from .frames import _called_by_learner
-from .model import Case, Problem, Task, patched_names, restore_torch, torch_attributes
+from .model import Case, Problem, Task
+from .patches import patched_names, restore_torch, torch_attributes
 
 
 @dataclass

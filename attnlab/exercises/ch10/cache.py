@@ -59,9 +59,11 @@ CACHE_POOL = ("llama", "gemma3", "mistral", "gpt2_dropout", "own_mask", "small_l
 
 
 def cache_draw(d):
-    """Three models of the pool in any order, T from 2 to 8, an atol of 1e-5, 1e-4 or 1e-3."""
+    """Three models of the pool in any order, T from 2 to 8, an atol of 1e-5 or 1e-3 (far from the small leak's
+    difference, about 1e-4, which depends on how many tokens the first step feeds: the lineups of the cases set
+    an atol near it, with the task's one-token start)."""
     picked = [d.choice(f"model{n}", CACHE_POOL) for n in range(3)]
-    T, atol = d.size("T", 2, 6, edges=(2, 8)), d.choice("atol", (ATOL, 1e-4, 1e-3))
+    T, atol = d.size("T", 2, 6, edges=(2, 8)), d.choice("atol", (ATOL, 1e-3))
     ids = torch.randint(0, VOCAB, (1, T), generator=d.generator("ids"))
     specs = tuple((*POOL[label][:2], 40, POOL[label][2]) for label in picked)
     return Case((specs, ids), {"atol": atol}, label=f"{', '.join(picked)}; T={T}, atol={atol:g}")

@@ -168,11 +168,12 @@ LARGE_POOL = ("llama_large", "gemma3_large", "medium_leak_large", "drops_mask_la
 def lineup_draw(d):
     """Three models of the pool in any order (causal ones, leaky ones, one with dropout in training mode; or
     three float64 models with logits near 1e4), T from 4 to 9, token ids that include 0 and V - 1, an atol of
-    1e-5, 5e-5 (between the small leak's largest and mean change) or 1e-3."""
+    1e-5 or 1e-3 (far from the small leak's change, which depends on the new token a test writes; the lineup at
+    5e-5 of the cases is vetted for the task's own new token)."""
     pool = d.choice("pool", ("small", "large"))
     names = SMALL_POOL if pool == "small" else LARGE_POOL
     picked = [d.choice(f"model{n}", names) for n in range(3)]
-    T, atol = d.size("T", 4, 7, edges=(4, 9)), d.choice("atol", (ATOL, 5e-5, 1e-3))
+    T, atol = d.size("T", 4, 7, edges=(4, 9)), d.choice("atol", (ATOL, 1e-3))
     generator = d.generator("ids")
     ids = torch.randint(1, VOCAB, (1, T), generator=generator)
     ids[0, 1], ids[0, -2] = 0, VOCAB - 1

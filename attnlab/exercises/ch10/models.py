@@ -115,8 +115,18 @@ def build(spec) -> torch.nn.Module:
     name, implementation, seed, training = spec
     model, state = _template(name, implementation, seed)
     model.load_state_dict(state)
+    for module, settings in zip(model.modules(), _settings(name, implementation, seed)):  # Dropout.p and the like
+        vars(module).update(settings)
     model.requires_grad_(False)  # gradients on for the learner's code, none needed for the weights (fast)
     return model.train() if training else model.eval()
+
+
+@lru_cache(maxsize=None)
+def _settings(name: str, implementation: str, seed: int) -> tuple:
+    """The plain settings of every module of the template as first built (a learner may set Dropout.p = 0)."""
+    model, _ = _template(name, implementation, seed)
+    return tuple({k: v for k, v in vars(m).items() if isinstance(v, (bool, int, float, str)) and k != "training"
+                  and not k.startswith("_")} for m in model.modules())
 
 
 POOL = {  # label -> (name, implementation, training)

@@ -50,6 +50,8 @@ def padding_draw(d):
     lengths = torch.randint(0, T + 1, (B,), generator=d.generator("lengths"))
     if d.flag("full_row"):
         lengths[0] = T
+    if d.flag("empty_row"):  # a row of padding only: its queries read nothing
+        lengths[-1] = 0
     keep = torch.arange(T)[None, :] >= T - lengths[:, None]
     return Case((d.layout("keep", keep),), label=f"B={B}, T={T}, lengths={lengths.tolist() if B <= 6 else '...'}")
 

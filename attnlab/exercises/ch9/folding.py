@@ -112,7 +112,8 @@ def fold_draw(d):
     lead = d.choice("lead", ((1, 1), (2, 3), (1,)))
     nq, nk, d_v = d.size("q", 1, 6, edges=(1, 40)), d.size("k", 1, 8, edges=(1, 64)), d.size("d_v", 1, 8, edges=(1, 32))
     dtype, scale = d.choice("dtype", (torch.float32, torch.float64)), d.choice("scale", (2.0, 150.0))
-    empty = d.flag("empty_state")
+    state = d.choice("state", ("empty", "read", "read, a row masked"))  # the last: a fully masked block row
+    empty = state == "empty"
     generator = d.generator("values")
     m = torch.full((*lead, nq), float("-inf"), dtype=dtype)
     l, acc = torch.zeros(*lead, nq, dtype=dtype), torch.zeros(*lead, nq, d_v, dtype=dtype)
@@ -121,15 +122,15 @@ def fold_draw(d):
         m, l, acc = fold_block(m, l, acc, earlier, torch.randn(*lead, nk + 1, d_v, generator=generator).to(dtype))
     scores = torch.randn(*lead, nq, nk, generator=generator, dtype=torch.float64).to(dtype) * scale
     scores = scores.masked_fill(torch.rand(*lead, nq, nk, generator=generator) < 0.3, float("-inf"))
-    if empty or not d.flag("whole_rows_masked"):
+    if state != "read, a row masked":
         scores[..., 0] = (torch.randn(*lead, nq, generator=generator) * scale).to(dtype)  # a key per row
     else:
-        scores[..., 0, :] = float("-inf")  # the first query row reads nothing in this block
+        scores[..., 0, :] = float("-inf")  # the first query row reads nothing in this block (the state has)
     v = torch.randn(*lead, nk, d_v, generator=generator).to(dtype)
     return Case(tuple(d.layout(name, t.to(d.device)) for name, t in zip(("m", "l", "acc", "scores", "v"),
                                                                       (m, l, acc, scores, v))),
-                label=f"{'x'.join(map(str, lead))}, q={nq}, k={nk}, d_v={d_v}, {str(dtype)[6:]}, scale={scale:g}"
-                      + (", empty state" if empty else ""))
+                label=f"{'x'.join(map(str, lead))}, q={nq}, k={nk}, d_v={d_v}, {str(dtype)[6:]}, scale={scale:g}, "
+                      f"state: {state}")
 
 
 FOLD_BLOCK = Task(

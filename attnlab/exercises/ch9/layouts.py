@@ -109,10 +109,12 @@ def shard_draw(d):
 
 
 def tiles_draw(d):
-    """P ranks, S positions each in tiles of ``block`` (block divides S, for zigzag S / 2 too)."""
+    """P ranks, S positions each in tiles of ``block``, each its own choice (block divides S, for zigzag S / 2
+    too): another block for the same T, P and layout is one choice away."""
     layout, P = d.choice("layout", ("contiguous", "striped", "zigzag")), d.size("P", 1, 6, edges=(1, 2))
-    block, tiles = d.size("block", 1, 4, edges=(1, 5)), d.size("tiles", 1, 4, edges=(1, 6))
-    S = block * tiles * (2 if layout == "zigzag" else 1)
+    half = d.size("S/2" if layout == "zigzag" else "S", 1, 12, edges=(1, 12))
+    S = 2 * half if layout == "zigzag" else half
+    block = d.choice("block", tuple(b for b in range(1, half + 1) if half % b == 0))
     return Case((P * S, P, layout, block), label=f"T={P * S}, P={P}, layout={layout!r}, block={block}")
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ...grader import Case, Problem, Task, compare_outputs, note
-from ...grader.model import patched_names, restore_torch, torch_attributes
+from ...grader.patches import patched_names, restore_torch, torch_attributes
 from ...i18n import tr
 
 EXERCISE = "09-ring-attention"
@@ -63,7 +63,7 @@ def _watched_pass_on(k, v, group=None):
     call with new k and v that hands back the first call's buffers or requests is kept (memoized)."""
     import torch as _torch
 
-    from attnlab.grader.model import patched_names, restore_torch, torch_attributes
+    from attnlab.grader.patches import patched_names, restore_torch, torch_attributes
 
     seen = globals().setdefault("_pass_on_seen", [])  # per earlier call: (k given, k_next, v_next, requests)
     reseeded = []
