@@ -60,6 +60,24 @@ peeks_once_attention, peeks_mid_attention, peeks_late_attention, peeks_far_atten
     _peeks(0, 1), _peeks(1, 2), _peeks(-3, -1), _peeks(0, 3))
 
 
+ZERO_SLOTS = 6  # the static cache's length in the zero-slots model
+
+
+def zero_slots_attention(module, query, key, value, attention_mask, **kwargs):
+    """A static cache of ZERO_SLOTS positions read whole, its unfilled slots included (zeros, unmasked):
+    a cached step with fewer keys attends to the zeros too (score 0, value 0), so the one-token-at-a-time
+    run differs until the cache is full; a prefill and the step that fills the cache are exact."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if q_len == 1 and kv_len < ZERO_SLOTS:  # [B, H_kv, kv_len, d] -> [B, H_kv, ZERO_SLOTS, d]
+        pad = (0, 0, 0, ZERO_SLOTS - kv_len)
+        key, value = torch.nn.functional.pad(key, pad), torch.nn.functional.pad(value, pad)
+        kwargs.pop("is_causal", None)
+        return sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
 def register_small_leak() -> str:
     require_transformers()
     from transformers import AttentionInterface, AttentionMaskInterface
@@ -69,7 +87,7 @@ def register_small_leak() -> str:
     for name, function in (("exercise_small_leak", small_leak_attention), ("exercise_medium_leak", medium_leak_attention),
                            ("exercise_peeks_once", peeks_once_attention),
                            ("exercise_peeks_mid", peeks_mid_attention), ("exercise_peeks_late", peeks_late_attention),
-                           ("exercise_peeks_far", peeks_far_attention)):
+                           ("exercise_peeks_far", peeks_far_attention), ("exercise_zero_slots", zero_slots_attention)):
         AttentionInterface.register(name, function)
         AttentionMaskInterface.register(name, sdpa_mask)
     return "exercise_small_leak"
@@ -139,6 +157,7 @@ POOL = {  # label -> (name, implementation, training)
     "peeks_mid": ("mistral", "exercise_peeks_mid", False),  # output 1 reads position 2
     "peeks_late": ("mistral_1layer", "exercise_peeks_late", False),  # one layer; output T-3 reads position T-1
     "peeks_far": ("llama_1layer", "exercise_peeks_far", False),  # one layer; output 0 reads position 3, nothing else
+    "zero_slots": ("llama", "exercise_zero_slots", False),  # cached steps read a static cache's empty slots
     # float64, logits near 1e4: torch.allclose's default rtol = 1e-5 allows a change of 0.1 there
     "llama_large": ("llama_large", "sdpa", False), "gemma3_large": ("gemma3_large", "eager", False),
     "medium_leak_large": ("mistral_large", "exercise_medium_leak", False),  # a leak of about 1e-2
