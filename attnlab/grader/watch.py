@@ -91,21 +91,26 @@ class _Guard:
             state.restore(settings)
 
 
+def _tested_call(tests: dict[str, Callable], found: list[str], func, args, kwargs):
+    """``func(*args, **kwargs)``, after each test not yet in ``found`` has looked at the call (and added its name
+    to ``found`` if the call is what it forbids)."""
+    for name, test in tests.items():
+        if name not in found:
+            try:
+                if test(func, args, kwargs):
+                    found.append(name)
+            except Exception:  # noqa: BLE001 - a test that cannot read this call says nothing
+                pass
+    return func(*args, **kwargs)
+
+
 class _ForbiddenApis(TorchFunctionMode):
     def __init__(self, tests: dict[str, Callable], found: list[str]):
         super().__init__()
         self.tests, self.found = tests, found
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        for name, test in self.tests.items():
-            if name not in self.found:
-                try:
-                    if test(func, args, kwargs):
-                        self.found.append(name)
-                except Exception:  # noqa: BLE001 - a test that cannot read this call says nothing
-                    pass
-        return func(*args, **kwargs)
+        return _tested_call(self.tests, self.found, func, args, kwargs or {})
 
 
 class _ForbiddenOps(TorchDispatchMode):
@@ -116,15 +121,7 @@ class _ForbiddenOps(TorchDispatchMode):
         self.tests, self.found = tests, found
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        for name, test in self.tests.items():
-            if name not in self.found:
-                try:
-                    if test(func, args, kwargs):
-                        self.found.append(name)
-                except Exception:  # noqa: BLE001 - a test that cannot read this call says nothing
-                    pass
-        return func(*args, **kwargs)
+        return _tested_call(self.tests, self.found, func, args, kwargs or {})
 
 
 def input_names(task: Task, case: Case) -> list[str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from ...causality import eval_mode
-from ...grader import Case, Contract, Problem, Task, compare_outputs
-from .leaks import _call_lineup
+from ...grader import Case, Contract, Task
+from .leaks import _call_lineup, flags_compare
 from .models import ATOL, EXERCISE, POOL, VOCAB
 
 # --------------------------------------------------------------------------
@@ -143,14 +143,7 @@ def _explicit_cache(models, ids, atol=ATOL):
     return flags
 
 
-def _compare_flags(expected, got):
-    """As the default comparison; every model called different, the right ones too, is named as such."""
-    problem = compare_outputs(expected, got)
-    if (problem is not None and isinstance(got, (list, tuple)) and len(got) == len(expected) and not all(expected)
-            and all(flag is True or (isinstance(flag, torch.Tensor) and flag.numel() == 1 and bool(flag))
-                    for flag in got)):
-        return Problem("grader.ch10.cache_differs.all_differ", {"n": len(got)}, detail=problem)
-    return problem
+_compare_flags = flags_compare("grader.ch10.cache_differs.all_differ")
 
 
 CACHE_DIFFERS = Task(

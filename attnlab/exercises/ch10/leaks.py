@@ -150,14 +150,21 @@ def _lineup_one_at_a_time(models, ids, atol=ATOL):
     return flags
 
 
-def _compare_flags(expected, got):
-    """As the default comparison; every model called leaky, the causal ones too, is named as such."""
-    problem = compare_outputs(expected, got)
-    if (problem is not None and isinstance(got, (list, tuple)) and len(got) == len(expected) and not all(expected)
-            and all(flag is True or (isinstance(flag, torch.Tensor) and flag.numel() == 1 and bool(flag))
-                    for flag in got)):
-        return Problem("grader.ch10.leaky_models.all_leaky", {"n": len(got)}, detail=problem)
-    return problem
+def flags_compare(all_flagged_key: str):
+    """As the default comparison of lists of flags; an answer that flags every model, the right ones too, gets
+    ``all_flagged_key`` (task 2: every model called leaky; task 3: every model's cache called different)."""
+    def compare(expected, got):
+        problem = compare_outputs(expected, got)
+        if (problem is not None and isinstance(got, (list, tuple)) and len(got) == len(expected) and not all(expected)
+                and all(flag is True or (isinstance(flag, torch.Tensor) and flag.numel() == 1 and bool(flag))
+                        for flag in got)):
+            return Problem(all_flagged_key, {"n": len(got)}, detail=problem)
+        return problem
+
+    return compare
+
+
+_compare_flags = flags_compare("grader.ch10.leaky_models.all_leaky")
 
 
 SMALL_POOL = ("llama", "gemma3", "mistral", "gpt2_dropout", "own_mask", "small_leak", "drops_mask", "peeks_once",
