@@ -31,6 +31,7 @@ from .chunked_prefill import check_model, chunk_mask, forward_with_mask
 from .gpt import KVCache
 from .i18n import tr
 from .inputs import describe, whole_number
+from .window_cache import lead  # noqa: F401 - chapter 6's lead check, also imported from here by chapter 12
 
 
 def accepted_length(draft_tokens, target_choices):
@@ -60,12 +61,6 @@ def prompt_lookup(tokens, num_tokens, max_ngram=2):
             if tokens[start:start + n] == last:
                 return tokens[start + n:start + n + num_tokens]
     return []
-
-
-def lead(logits: torch.Tensor) -> torch.Tensor:
-    """[..., V] -> [...]: how far the best logit is ahead of the runner-up (0 for a tie)."""
-    best_two = logits.topk(2, dim=-1).values
-    return best_two[..., 0] - best_two[..., 1]
 
 
 @dataclass

@@ -122,6 +122,12 @@ def decode_greedy(model: GPT, prompt: torch.Tensor, steps: int, cache=None) -> t
     return idx
 
 
+def lead(logits: torch.Tensor) -> torch.Tensor:
+    """[..., V] -> [...]: how far the best logit is ahead of the runner-up (0 for a tie)."""
+    best_two = logits.topk(2, dim=-1).values
+    return best_two[..., 0] - best_two[..., 1]
+
+
 @torch.no_grad()
 def greedy_lead(model: GPT, tokens: torch.Tensor, prompt_len: int) -> float:
     """Chapter 6's lead check for greedy tokens: the smallest lead of the chosen token's logit over the
@@ -131,6 +137,5 @@ def greedy_lead(model: GPT, tokens: torch.Tensor, prompt_len: int) -> float:
     model.check_idx(tokens)
     prompt_len = whole_number("prompt_len", prompt_len, low=1, high=tokens.size(1) - 1)
     logits = model(tokens)[0][:, prompt_len - 1:-1]  # [B, new, V]: the logits that chose each new token
-    best_two = logits.topk(2, dim=-1).values
-    return (best_two[..., 0] - best_two[..., 1]).min().item()
+    return lead(logits).min().item()
 

@@ -1674,9 +1674,6 @@ NEW_RIGHT = {  # another correct answer per task, in a style unlike the solution
 }
 
 
-for _task, _answers in NEW_WRONG.items():  # the tests of every wrong answer run over these too
-    WRONG[_task] = WRONG[_task] + _answers
-
 # ---------------------------------------------------------------------------- chapter 12
 # Exercise 12 (attnlab/exercises/ch12.py), added with chapter 12 by its author: every answer below is a
 # learner's own function; the grader's reference is only ever called through a learner's copy.
@@ -1986,9 +1983,8 @@ NEW_RIGHT.update({
     "ch12.accepted_length": [("the first index that differs", _accepted_by_early_return)],
 })
 NEW_RIGHT["ch12.combine_splits"].append(("one part at a time, as the ring folds", _combine_pairwise))
+WRONG.update(_CH12_WRONG)
 NEW_WRONG.update(_CH12_NEW_WRONG)
-for _task in _CH12_WRONG:
-    WRONG[_task] = _CH12_WRONG[_task] + _CH12_NEW_WRONG[_task]
 # end of chapter 12
 
 
@@ -2071,7 +2067,6 @@ NEW_WRONG["ch10.cache_differs"] = [
     ("the course's cached_matches", lambda models, ids, atol=1e-5: [
         not attnlab.audit.comparisons.cached_matches(m, ids, atol=atol) for m in models], COPY)]
 NEW_RIGHT["ch10.cache_differs"] = [("the steps stacked, one max over everything", _cache_stacked_steps)]
-WRONG["ch10.cache_differs"] += NEW_WRONG["ch10.cache_differs"]  # defined after the merge above: its tests too
 
 
 # --------------------------------------------------------------------------
@@ -2738,7 +2733,13 @@ ISSUE50_WRONG.update({
     "ch12.chunk_mask": [(2, "positions in int16", _chunk_int16, "grader.mutant.ch12.chunk_mask.narrow_positions")],
     "ch12.gather_kv": [(2, "block ids in int16", _gather_int16, "grader.mutant.ch12.gather_kv.narrow_ids")],
     # the key is not asked: a shrunk input's small answer often equals an earlier one, and the grader's
-    # kept-answer check names it first (a request to the grader, /work/helpers/requests.md)
+    # kept-answer check names it first
     "ch12.accepted_length": [(2, "token ids compared in int16", _accepted_int16, None)],
 })
 # end of chapter 12, issue 50
+
+
+# The tests of every wrong answer (test_grader.WRONG_ANSWERS) run over the new ones too: one merge, after every
+# section above has added its own (a section defined after an earlier merge had its new answers left untested).
+for _task, _answers in NEW_WRONG.items():
+    WRONG[_task] = WRONG[_task] + _answers
