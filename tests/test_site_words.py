@@ -26,6 +26,11 @@ def test_no_tooltip_or_label_of_the_theme_stays_english(html_root, lang):
     assert {kind: words for kind, words in same.items() if words} == {}, "add them to THEME_WORDS"
 
 
+def test_the_german_site_says_du_in_the_themes_labels_too(html_root):
+    text = (html_root / "de" / "chapters" / "de" / "06-kv-cache.html").read_text("utf-8")
+    assert re.findall(r'(?:title|aria-label|data-bs-title)="[^"]*\bSie\b[^"]*"', text) == []
+
+
 @pytest.mark.parametrize("lang", ["de", "zh"])
 def test_no_english_theme_word_is_left_as_text(html_root, lang):
     text = (html_root / lang / "chapters" / lang / "06-kv-cache.html").read_text("utf-8")

@@ -3,11 +3,12 @@
 Sphinx, pydata-sphinx-theme and sphinx-book-theme translate most of what they write, but not all:
 pydata-sphinx-theme ships no German catalog (its colour-mode switcher, "Back to top", "Skip to
 main content", the labels of its navigation), some labels are typed into the templates
-("Toggle primary sidebar"), sphinx-book-theme's launch buttons have no German or Chinese, and
-Sphinx's German and Chinese catalogs lack "Link to this heading". A German or Chinese reader would
-meet these as tooltips, in a screen reader or as text. After each build they are replaced in the
-pages' attributes (title, aria-label, data-bs-title, alt) and text; tests/test_site.py compares
-every page's tooltips and labels with the English page's, so a word the theme adds later is found.
+("Toggle primary sidebar"), sphinx-book-theme's launch buttons have no German or Chinese, Sphinx's
+German and Chinese catalogs lack "Link to this heading", and sphinx-book-theme's German download
+button says "Sie" where the course says "du". A German or Chinese reader would meet these as
+tooltips, in a screen reader or as text. After each build they are replaced in the pages'
+attributes (title, aria-label, data-bs-title, alt) and text; tests/test_site_words.py compares the
+tooltips and labels of six kinds of page with the English page's, so a word the theme adds later is found.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ THEME_WORDS = {
         "Version warning": "Versionshinweis",
         "previous page": "vorherige Seite",
         "next page": "nächste Seite",
+        # sphinx-book-theme's own German speaks to the reader with "Sie"; the course says "du"
+        "Laden Sie diese Seite herunter": "Diese Seite herunterladen",
     },
     "zh": {
         "Color mode": "颜色模式",
