@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import torch
 
+from .tensors import _tensors
+
 LAYOUTS = ("contiguous", "offset", "rows", "strided", "transposed")
 """How a drawn tensor may lie in memory: ``offset`` (a slice of a larger buffer, storage offset above 0),
 ``rows`` (every other entry of its first axis, as ``x[::2]``), ``strided`` (every other element of its last
@@ -251,11 +253,11 @@ def tolerances(expected: Any, atol: float, rtol: float, inputs: Any = ()) -> tup
     """The task's tolerances for a drawn input: ``atol`` scaled by the largest finite output (rounding grows
     with the numbers summed) and at least a few steps of the dtype at the largest input (scores near 1000 in
     float32 are 2.4e-4 apart: two right formulas differ by that), widened for float16 and bfloat16."""
-    floats = [t.detach() for t in _flat_tensors(expected) if t.is_floating_point() and not t.is_meta and t.numel()]
+    floats = [t.detach() for t in _tensors(expected) if t.is_floating_point() and not t.is_meta and t.numel()]
     dtypes = {t.dtype for t in floats}
     top = _largest(floats)
     atol = atol * max(1.0, top)
-    given = [t.detach() for t in _flat_tensors(inputs) if t.is_floating_point() and not t.is_meta and t.numel()]
+    given = [t.detach() for t in _tensors(inputs) if t.is_floating_point() and not t.is_meta and t.numel()]
     if given and floats and all(t.dtype == torch.float32 for t in floats):
         atol = max(atol, 8 * torch.finfo(torch.float32).eps * _largest(given) * max(1.0, top))
     if torch.bfloat16 in dtypes:
@@ -263,16 +265,6 @@ def tolerances(expected: Any, atol: float, rtol: float, inputs: Any = ()) -> tup
     if torch.float16 in dtypes:
         return max(atol, 5e-3 * max(1.0, top)), max(rtol, 5e-3)
     return atol, rtol
-
-
-def _flat_tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat_tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat_tensors(v)]
-    return []
 
 
 __all__ = ["Choice", "Contract", "Draw", "LAYOUTS", "VIEWABLE", "in_layout", "same_layout_clone", "tolerances", "field"]
